@@ -1,0 +1,1 @@
+"""Transaction machinery: writer, committable, controller, audit. Free of Airflow imports."""

@@ -1,0 +1,349 @@
+"""The one module that speaks the Kafka protocol directly (through kafka-python 3.0.x).
+
+Everything above this module (controller, audit, CLI) works with plain integers,
+enums and dataclasses, so a scripted stand-in for :class:`KafkaProtocol` can replace
+the broker in tests for the answers the embedded broker cannot produce.
+
+Requests are built from kafka-python's generated message classes; the request
+version is the highest one both kafka-python and the broker offer, capped where
+correctness demands it (EndTxn for librdkafka's classic transactions).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import kafka.errors as kafka_errors
+from kafka.admin import KafkaAdminClient
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
+from kafka.record.memory_records import MemoryRecords
+
+from .errors import BrokerUnreachableError, Kafka2pcError, ProtocolError, UnsupportedError
+from .settings import bootstrap_servers, to_kafka_python
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_COORDINATOR = 1  # FindCoordinator key type
+READ_UNCOMMITTED = 0
+_FETCH_MAX_BYTES = 8 * 1024 * 1024
+
+
+class ErrorCode(enum.IntEnum):
+    """The Kafka error codes the transaction logic decides on (Kafka's own numbering)."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+    PRODUCER_FENCED = 90
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code, also for codes outside :class:`ErrorCode`."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return kafka_errors.for_code(code).__name__
+
+
+class ApiKey(enum.IntEnum):
+    FETCH = 1
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    INIT_PRODUCER_ID = 22
+    END_TXN = 26
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+
+
+class ControlType(enum.IntEnum):
+    """Transaction marker written into each partition at the end of a transaction."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+class ConnectionLostError(Kafka2pcError):
+    """The broker dropped the connection or did not answer in time (transient)."""
+
+
+@dataclass(frozen=True)
+class LogBatch:
+    """One record batch as stored in a partition's log, header fields only."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    producer_epoch: int
+    is_transactional: bool
+    control: ControlType | None
+    record_count: int
+    keys: tuple[bytes | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class InitProducerIdAnswer:
+    error: int
+    producer_id: int
+    producer_epoch: int
+
+
+class TransactionProtocol(Protocol):
+    """What the controller and the audit need from a broker; scripted in tests."""
+
+    def api_version(self, api: ApiKey, cap: int | None = None) -> int | None: ...
+
+    def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, int]: ...
+
+    def end_txn(
+        self, node: int, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+        version: int,
+    ) -> int: ...
+
+    def init_producer_id(
+        self, node: int, transactional_id: str, transaction_timeout_ms: int
+    ) -> InitProducerIdAnswer: ...
+
+    def partition_leaders(self, topic: str) -> dict[int, int]: ...
+
+    def fetch(
+        self, node: int, topic: str, partition: int, offset: int, *, max_wait_ms: int,
+        with_keys: bool = False,
+    ) -> tuple[int, list[LogBatch]]: ...
+
+    def close(self) -> None: ...
+
+
+class KafkaProtocol:
+    """A control-plane connection to a Kafka cluster.
+
+    :param config: librdkafka-style settings (``bootstrap.servers``, security, SASL, SSL).
+    :param timeout_ms: bound on connecting and on each request.
+    """
+
+    def __init__(self, config: Mapping[str, Any], timeout_ms: int = 30_000) -> None:
+        self._servers = bootstrap_servers(config)
+        self._timeout_ms = timeout_ms
+        self._kp_config = to_kafka_python(config)
+        self._kp_config.setdefault("request_timeout_ms", timeout_ms)
+        self._kp_config.setdefault(
+            "socket_connection_setup_timeout_ms", min(timeout_ms, 10_000)
+        )
+        self._client = KafkaNetClient(**self._kp_config)
+        self._admin: KafkaAdminClient | None = None
+        try:
+            self._client.check_version(timeout_ms=timeout_ms)
+        except kafka_errors.KafkaError as exc:
+            self._client.close()
+            raise BrokerUnreachableError(
+                f"no Kafka broker answered at {self._servers} within {timeout_ms} ms "
+                f"({type(exc).__name__})"
+            ) from None
+
+    # -- plumbing -----------------------------------------------------------
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+        self._client.close()
+
+    def __enter__(self) -> KafkaProtocol:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _any_node(self) -> int:
+        return self._client.least_loaded_node(bootstrap_fallback=True)
+
+    def _send(self, node: int, request: Any) -> Any:
+        try:
+            return self._client.send_and_receive(node, request, timeout_ms=self._timeout_ms)
+        except (kafka_errors.KafkaConnectionError, kafka_errors.KafkaTimeoutError,
+                kafka_errors.NodeNotReadyError, kafka_errors.RequestTimedOutError,
+                kafka_errors.Cancelled, ConnectionError) as exc:
+            raise ConnectionLostError(
+                f"{request.__class__.__name__} to node {node}: {type(exc).__name__}"
+            ) from None
+
+    def api_version(self, api: ApiKey, cap: int | None = None) -> int | None:
+        """Highest version both sides offer (at most ``cap``), or None if the broker lacks it."""
+        broker = self._client._manager.broker_version_data.api_versions.get(int(api))
+        if broker is None:
+            return None
+        library = {
+            ApiKey.FETCH: FetchRequest, ApiKey.METADATA: MetadataRequest,
+            ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
+            ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest, ApiKey.END_TXN: EndTxnRequest,
+        }.get(api)
+        top = broker[1] if library is None else min(broker[1], library.max_version)
+        if cap is not None:
+            top = min(top, cap)
+        return top if top >= broker[0] else None
+
+    def _require(self, api: ApiKey, cap: int | None = None, minimum: int = 0) -> int:
+        version = self.api_version(api, cap)
+        if version is None or version < minimum:
+            raise UnsupportedError(f"the broker does not offer {api.name} (v{minimum}+)")
+        return version
+
+    # -- coordinator --------------------------------------------------------
+
+    def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, int]:
+        """Return (error code, coordinator node id)."""
+        version = self._require(ApiKey.FIND_COORDINATOR, cap=4, minimum=1)
+        request = FindCoordinatorRequest(
+            key=transactional_id, key_type=TRANSACTION_COORDINATOR,
+            coordinator_keys=[transactional_id], version=version,
+        )
+        answer = self._send(self._any_node(), request)
+        if version >= 4:
+            entry = answer.coordinators[0]
+            return entry.error_code, entry.node_id
+        return answer.error_code, answer.node_id
+
+    def end_txn(
+        self, node: int, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+        version: int,
+    ) -> int:
+        request = EndTxnRequest(
+            transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=epoch, committed=commit, version=version,
+        )
+        return self._send(node, request).error_code
+
+    def init_producer_id(
+        self, node: int, transactional_id: str, transaction_timeout_ms: int
+    ) -> InitProducerIdAnswer:
+        # v3+ carries producer id/epoch for KIP-360 recovery; we fence with a fresh
+        # init (-1/-1), which every broker version treats as "abort what is open".
+        version = self._require(ApiKey.INIT_PRODUCER_ID, cap=5)
+        request = InitProducerIdRequest(
+            transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+            producer_id=-1, producer_epoch=-1, version=version,
+        )
+        answer = self._send(node, request)
+        return InitProducerIdAnswer(answer.error_code, answer.producer_id, answer.producer_epoch)
+
+    # -- log ----------------------------------------------------------------
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> leader node id; raises ProtocolError for an unknown topic."""
+        version = self._require(ApiKey.METADATA, cap=8, minimum=4)
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+            allow_auto_topic_creation=False, version=version,
+        )
+        answer = self._send(self._any_node(), request)
+        for entry in answer.topics:
+            if entry.error_code:
+                raise ProtocolError(
+                    f"topic {topic!r}: {error_name(entry.error_code)}", error_name(entry.error_code)
+                )
+            return {p.partition_index: p.leader_id for p in entry.partitions}
+        raise ProtocolError(f"topic {topic!r}: not in metadata", "UNKNOWN_TOPIC_OR_PARTITION")
+
+    def fetch(
+        self, node: int, topic: str, partition: int, offset: int, *, max_wait_ms: int,
+        with_keys: bool = False,
+    ) -> tuple[int, list[LogBatch]]:
+        """Read raw batches (control batches included) from ``offset``; (error code, batches)."""
+        version = self._require(ApiKey.FETCH, cap=11, minimum=4)
+        fetch_topic = FetchRequest.FetchTopic
+        request = FetchRequest(
+            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=_FETCH_MAX_BYTES,
+            isolation_level=READ_UNCOMMITTED, session_id=0, session_epoch=-1,
+            topics=[fetch_topic(topic=topic, partitions=[fetch_topic.FetchPartition(
+                partition=partition, fetch_offset=offset, partition_max_bytes=_FETCH_MAX_BYTES,
+                current_leader_epoch=-1, log_start_offset=-1,
+            )])],
+            forgotten_topics_data=[], version=version,
+        )
+        answer = self._send(node, request)
+        batches: list[LogBatch] = []
+        for topic_answer in answer.responses:
+            for part in topic_answer.partitions:
+                if part.error_code:
+                    return part.error_code, []
+                batches.extend(_parse_batches(part.records, with_keys))
+        return ErrorCode.NONE, batches
+
+    # -- admin (feature-detected) -------------------------------------------
+
+    def _admin_client(self) -> KafkaAdminClient:
+        if self._admin is None:
+            self._admin = KafkaAdminClient(**self._kp_config)
+        return self._admin
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        try:
+            self._admin_client().create_topics(
+                {topic: {"num_partitions": partitions, "replication_factor": -1}}
+            )
+        except kafka_errors.TopicAlreadyExistsError:
+            raise ProtocolError(f"topic {topic!r} already exists", "TOPIC_ALREADY_EXISTS") from None
+
+    def list_transactions(self) -> list[dict[str, Any]]:
+        self._require(ApiKey.LIST_TRANSACTIONS)
+        by_broker = self._admin_client().list_transactions()
+        return [
+            {"broker": broker, "transactional_id": t.transactional_id,
+             "producer_id": t.producer_id, "state": str(t.transaction_state)}
+            for broker, listings in by_broker.items() for t in listings
+        ]
+
+    def describe_transactions(self, transactional_ids: list[str]) -> list[dict[str, Any]]:
+        self._require(ApiKey.DESCRIBE_TRANSACTIONS)
+        described = self._admin_client().describe_transactions(transactional_ids)
+        return [
+            {"transactional_id": tid, "state": str(d.state), "producer_id": d.producer_id,
+             "producer_epoch": d.producer_epoch, "coordinator": d.coordinator_id,
+             "transaction_timeout_ms": d.transaction_timeout_ms,
+             "transaction_start_time_ms": d.transaction_start_time_ms,
+             "partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in d.topic_partitions)}
+            for tid, d in described.items()
+        ]
+
+
+def _parse_batches(raw: bytes | None, with_keys: bool) -> list[LogBatch]:
+    if not raw:
+        return []
+    records = MemoryRecords(raw)
+    out: list[LogBatch] = []
+    while (batch := records.next_batch()) is not None:
+        control = None
+        keys: tuple[bytes | None, ...] = ()
+        if batch.is_control_batch:
+            control = next((ControlType(r.type) for r in batch), None)
+        elif with_keys:
+            keys = tuple(r.key for r in batch)
+        out.append(LogBatch(
+            base_offset=batch.base_offset, last_offset=batch.last_offset,
+            producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+            is_transactional=batch.is_transactional, control=control,
+            record_count=batch.records_count, keys=keys,
+        ))
+    return out
+

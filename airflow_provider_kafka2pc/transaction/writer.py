@@ -1,0 +1,238 @@
+"""The data plane: write records into a Kafka transaction and leave it open (prepared).
+
+confluent-kafka (librdkafka) does the writing because it is fast; it cannot resume a
+transaction later, so the writer only prepares: it flushes, waits for every delivery
+report, and returns a :class:`~.committable.Committable` that another process ends
+with EndTxn. The producer is never closed: ``Producer.close()`` aborts the open
+transaction, while dropping the object or exiting the process leaves it open.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
+from .errors import BrokerUnreachableError, ConfigurationError, WriteError
+from .naming import validate_transactional_id
+from .settings import bootstrap_servers, redact
+
+log = logging.getLogger(__name__)
+
+#: A record as the writer takes it: (key, value) or (key, value, headers).
+Record = tuple[bytes | None, bytes | None] | tuple[
+    bytes | None, bytes | None, list[tuple[str, bytes]] | None
+]
+
+#: Kafka brokers refuse longer transactions by default (transaction.max.timeout.ms).
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+_STATS_INTERVAL_MS = 50
+# Settings the writer owns; a caller's value for them would break the protocol.
+_RESERVED = ("transactional.id", "transaction.timeout.ms", "enable.idempotence",
+             "statistics.interval.ms", "stats_cb")
+
+
+class _Deliveries:
+    """Delivery-report bookkeeping: offsets per partition, and the first error."""
+
+    __slots__ = ("count", "error", "first", "last", "per_partition")
+
+    def __init__(self) -> None:
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.per_partition: dict[int, int] = {}
+        self.count = 0
+        self.error: KafkaError | None = None
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            if self.error is None:
+                self.error = err
+            return
+        partition, offset = msg.partition(), msg.offset()
+        self.count += 1
+        self.per_partition[partition] = self.per_partition.get(partition, 0) + 1
+        if offset < self.first.get(partition, offset + 1):
+            self.first[partition] = offset
+        if offset > self.last.get(partition, -1):
+            self.last[partition] = offset
+
+
+class TransactionalWriter:
+    """Writes one transaction per :meth:`write` call on a given transactional id.
+
+    :param config: librdkafka producer settings (``bootstrap.servers``, security, tuning).
+    :param transactional_id: the id the transaction runs under; re-using it fences
+        (aborts) whatever an earlier writer of the same id left open.
+    :param transaction_timeout_ms: how long the prepared transaction may stay open
+        before the coordinator aborts it; at most the broker's transaction.max.timeout.ms.
+    :param timeout_s: bound on connecting, initialising, flushing and aborting.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        timeout_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._servers = bootstrap_servers(config)
+        self.transactional_id = validate_transactional_id(transactional_id)
+        if transaction_timeout_ms <= 0:
+            raise ConfigurationError("transaction_timeout_ms must be positive")
+        reserved = sorted(set(config) & set(_RESERVED))
+        if reserved:
+            raise ConfigurationError(f"setting(s) {reserved} are managed by the writer")
+        self._config = dict(config)
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._timeout_s = timeout_s
+        self._clock = clock
+
+    def write(self, topic: str, records: Iterable[Record]) -> Committable:
+        """Write ``records`` into a new transaction on ``topic`` and leave it open.
+
+        The transaction opens at the first record, so an empty input opens none and
+        yields an empty committable. Any failure aborts the transaction and raises.
+        """
+        if not isinstance(topic, str) or not topic:
+            raise ConfigurationError("topic must be a non-empty string")
+        stats: dict[str, Any] = {}
+        producer = self._producer(stats)
+        self._check_topic(producer, topic)
+        iterator = iter(records)
+        first = next(iterator, None)
+        start_ms = int(self._clock() * 1000)
+        if first is None:
+            log.info("%s: no records, no transaction opened", self.transactional_id)
+            return Committable.empty(self.transactional_id, start_ms,
+                                     self.transaction_timeout_ms)
+        self._call(producer.init_transactions, self._timeout_s, what="init_transactions")
+        producer.begin_transaction()
+        stats.clear()  # only snapshots taken inside this transaction may name its epoch
+        deliveries = _Deliveries()
+        try:
+            self._produce_all(producer, topic, first, iterator, deliveries)
+            remaining = producer.flush(self._timeout_s)
+            if remaining:
+                raise WriteError(f"{remaining} records undelivered after {self._timeout_s} s")
+            if deliveries.error is not None:
+                raise WriteError(f"delivery failed: {deliveries.error.str()}")
+            producer_id, epoch = self._producer_identity(producer, stats)
+        except BaseException as exc:
+            self._abort(producer, exc)
+            if isinstance(exc, WriteError | KeyboardInterrupt | SystemExit):
+                raise
+            raise WriteError(f"writing to {topic!r} failed, transaction aborted: {exc}") from exc
+        parts = tuple(
+            PartitionRange(topic, p, deliveries.first[p], deliveries.last[p], n)
+            for p, n in sorted(deliveries.per_partition.items())
+        )
+        committable = Committable(
+            transactional_id=self.transactional_id, producer_id=producer_id,
+            producer_epoch=epoch, transaction_version=TRANSACTION_VERSION_CLASSIC,
+            partitions=parts, record_count=deliveries.count, start_time_ms=start_ms,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+        )
+        log.info("%s: prepared %d records in %d partitions (pid %d, epoch %d)",
+                 self.transactional_id, committable.record_count, len(parts), producer_id, epoch)
+        # Deliberately no producer.close(): it would abort the prepared transaction.
+        return committable
+
+    # -- steps --------------------------------------------------------------
+
+    def _producer(self, stats: dict[str, Any]) -> Producer:
+        def on_stats(payload: str) -> None:
+            stats.update(json.loads(payload).get("eos") or {})
+
+        config = {
+            "allow.auto.create.topics": False,
+            "logger": log,
+            **self._config,
+            "transactional.id": self.transactional_id,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+            "enable.idempotence": True,
+            "statistics.interval.ms": _STATS_INTERVAL_MS,
+            "stats_cb": on_stats,
+        }
+        try:
+            return Producer(config)
+        except KafkaException as exc:
+            raise ConfigurationError(
+                f"invalid producer settings {redact(self._config)}: {exc.args[0].str()}"
+            ) from None
+
+    def _check_topic(self, producer: Producer, topic: str) -> None:
+        """Fail before anything is opened if the topic is missing or no broker answers."""
+        try:
+            metadata = producer.list_topics(topic, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise BrokerUnreachableError(
+                f"no Kafka broker answered at {self._servers} within {self._timeout_s} s "
+                f"({exc.args[0].name()})"
+            ) from None
+        entry = metadata.topics.get(topic)
+        if entry is None or entry.error is not None:
+            reason = entry.error.str() if entry is not None and entry.error else "not found"
+            raise ConfigurationError(
+                f"topic {topic!r} does not exist at {self._servers} ({reason}); create it first"
+            )
+
+    def _call(self, fn: Callable[[float], None], timeout: float, what: str) -> None:
+        try:
+            fn(timeout)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+                raise BrokerUnreachableError(
+                    f"{what} got no answer from {self._servers} within {timeout} s"
+                ) from None
+            raise WriteError(f"{what} failed: {err.str()}") from None
+
+    @staticmethod
+    def _produce_all(
+        producer: Producer, topic: str, first: Record, rest: Iterable[Record],
+        on_delivery: _Deliveries,
+    ) -> None:
+        produce, poll = producer.produce, producer.poll
+        for index, record in enumerate(itertools.chain((first,), rest)):
+            headers = record[2] if len(record) > 2 else None
+            while True:
+                try:
+                    produce(topic, record[1], record[0], headers=headers, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    poll(0.05)  # queue full: let deliveries drain (backpressure)
+                except KafkaException as exc:
+                    raise WriteError(f"record {index} refused: {exc.args[0].str()}") from None
+            if index & 1023 == 0:
+                poll(0)
+                if on_delivery.error is not None:  # stop early; flush re-checks at the end
+                    raise WriteError(f"delivery failed: {on_delivery.error.str()}")
+
+    def _producer_identity(self, producer: Producer, stats: dict[str, Any]) -> tuple[int, int]:
+        """Producer id and epoch of the open transaction, from librdkafka's statistics."""
+        deadline = time.monotonic() + self._timeout_s
+        while not (stats.get("txn_state") == "InTransaction"
+                   and stats.get("producer_id", -1) >= 0):
+            if time.monotonic() > deadline:
+                raise WriteError("librdkafka statistics never reported the producer id")
+            producer.poll(_STATS_INTERVAL_MS / 1000)
+        return int(stats["producer_id"]), int(stats["producer_epoch"])
+
+    def _abort(self, producer: Producer, cause: BaseException) -> None:
+        try:
+            producer.abort_transaction(self._timeout_s)
+            log.warning("%s: transaction aborted after %s", self.transactional_id,
+                        type(cause).__name__)
+        except KafkaException as exc:
+            log.error("%s: abort after failure also failed (%s); the coordinator aborts it "
+                      "at its timeout, or fence the id", self.transactional_id, exc.args[0].str())
+
