@@ -26,10 +26,13 @@ COPY --chown=airflow:root . /opt/kafka2pc
 
 # Pinning apache-airflow to the image's own version stops pip from upgrading or
 # downgrading Airflow while it resolves our dependencies (Airflow image docs).
+# pyspark is named here too so its dependencies (py4j) are resolved normally;
+# the --no-deps reinstall below cannot bring them.
 RUN pip install --no-cache-dir \
       "apache-airflow==${AIRFLOW_VERSION}" \
       "/opt/kafka2pc[spark]" \
-      apache-airflow-providers-apache-spark
+      apache-airflow-providers-apache-spark \
+      "pyspark==${PYSPARK_VERSION}"
 
 # The Spark provider depends on pyspark-client, which overwrites pyspark's own
 # Python files (pip check does not notice); put the full pyspark back on top.

@@ -75,12 +75,15 @@ END_TXN_ACTIONS: dict[int, Action] = {
 
 #: Answers after which the coordinator can never commit this producer epoch.
 _TERMINAL_FOR_EPOCH = {
-    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.PRODUCER_FENCED,
+    ErrorCode.INVALID_PRODUCER_EPOCH,
     ErrorCode.INVALID_PRODUCER_ID_MAPPING,
 }
 _RETRIABLE_COORDINATOR = {
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_COORDINATOR, ErrorCode.CONCURRENT_TRANSACTIONS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.CONCURRENT_TRANSACTIONS,
 }
 
 
@@ -159,10 +162,24 @@ class TransactionController:
 
     def _finish(self, c: Committable, commit: bool) -> Resolution:
         def resolved(outcome: Outcome, reason: str, attempts: int) -> Resolution:
-            log.info("%s %s (pid %s, epoch %s): %s, %s", "commit" if commit else "abort",
-                     c.transactional_id, c.producer_id, c.producer_epoch, outcome.value, reason)
-            return Resolution(outcome, c.transactional_id, c.producer_id, c.producer_epoch,
-                              c.record_count, reason, attempts)
+            log.info(
+                "%s %s (pid %s, epoch %s): %s, %s",
+                "commit" if commit else "abort",
+                c.transactional_id,
+                c.producer_id,
+                c.producer_epoch,
+                outcome.value,
+                reason,
+            )
+            return Resolution(
+                outcome,
+                c.transactional_id,
+                c.producer_id,
+                c.producer_epoch,
+                c.record_count,
+                reason,
+                attempts,
+            )
 
         if c.is_empty:
             done = Outcome.COMMITTED if commit else Outcome.ABORTED
@@ -190,15 +207,16 @@ class TransactionController:
                 last = error_name(code)
                 action = classify_end_txn(code)
                 if action is Action.FATAL:
-                    raise ProtocolError(
-                        f"EndTxn for {c.transactional_id!r} failed: {last}", last
-                    )
+                    raise ProtocolError(f"EndTxn for {c.transactional_id!r} failed: {last}", last)
                 if action is Action.REFIND_COORDINATOR:
                     self._coordinators.pop(c.transactional_id, None)
                 if action in (Action.VERIFY, Action.RESOLVE_FROM_LOG):
                     sent = action is Action.VERIFY
-                    wait_until = deadline if sent else min(
-                        deadline, self._clock() + self._policy.marker_grace_s)
+                    wait_until = (
+                        deadline
+                        if sent
+                        else min(deadline, self._clock() + self._policy.marker_grace_s)
+                    )
                     outcome = self._await_markers(c, commit, sent, wait_until)
                     if outcome is not None:
                         return resolved(outcome, f"EndTxn answered {last}", attempt)
@@ -223,7 +241,11 @@ class TransactionController:
     def _end_txn(self, c: Committable, commit: bool) -> int:
         node = self._coordinator(c.transactional_id)
         return self._protocol.end_txn(
-            node, c.transactional_id, c.producer_id, c.producer_epoch, commit,
+            node,
+            c.transactional_id,
+            c.producer_id,
+            c.producer_epoch,
+            commit,
             self._end_txn_version(c),
         )
 
@@ -233,7 +255,8 @@ class TransactionController:
             if version is None or version < KIP890_END_TXN_VERSION:
                 raise ProtocolError(
                     f"{c.transactional_id!r} is a KIP-890 transaction but the broker offers "
-                    f"EndTxn up to v{version}", "UNSUPPORTED_VERSION"
+                    f"EndTxn up to v{version}",
+                    "UNSUPPORTED_VERSION",
                 )
             return version
         version = self._protocol.api_version(ApiKey.END_TXN, cap=CLASSIC_END_TXN_MAX_VERSION)
@@ -248,8 +271,9 @@ class TransactionController:
         if code != ErrorCode.NONE:
             if code in _RETRIABLE_COORDINATOR:
                 raise ConnectionLostError(f"FindCoordinator: {error_name(code)}")
-            raise ProtocolError(f"FindCoordinator for {transactional_id!r}: {error_name(code)}",
-                                error_name(code))
+            raise ProtocolError(
+                f"FindCoordinator for {transactional_id!r}: {error_name(code)}", error_name(code)
+            )
         self._coordinators[transactional_id] = node
         return node
 
@@ -258,7 +282,8 @@ class TransactionController:
         if state.contradictory:
             raise ProtocolError(
                 f"log of {c.transactional_id!r} holds both commit and abort markers: "
-                "the committable's offsets do not describe one transaction", "CORRUPT_COMMITTABLE"
+                "the committable's offsets do not describe one transaction",
+                "CORRUPT_COMMITTABLE",
             )
         return state
 
@@ -282,8 +307,11 @@ class TransactionController:
     @staticmethod
     def _from_markers(state: TransactionState, commit: bool, sent: bool) -> Outcome | None:
         if state.committed:
-            return (Outcome.COMMITTED if sent else Outcome.ALREADY_COMMITTED) if commit \
+            return (
+                (Outcome.COMMITTED if sent else Outcome.ALREADY_COMMITTED)
+                if commit
                 else Outcome.ALREADY_COMMITTED
+            )
         if state.aborted:
             if commit:
                 return Outcome.LOST
@@ -312,8 +340,12 @@ class TransactionController:
                 self._coordinators.pop(transactional_id, None)
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE
             if code == ErrorCode.NONE:
-                log.info("fenced %s: now pid %s epoch %s", transactional_id,
-                         answer.producer_id, answer.producer_epoch)
+                log.info(
+                    "fenced %s: now pid %s epoch %s",
+                    transactional_id,
+                    answer.producer_id,
+                    answer.producer_epoch,
+                )
                 return FenceResult(transactional_id, answer.producer_id, answer.producer_epoch)
             if code not in _RETRIABLE_COORDINATOR:
                 raise ProtocolError(

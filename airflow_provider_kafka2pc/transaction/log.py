@@ -44,13 +44,18 @@ class LogReader:
         """
         leaders = self._leaders_of(topic)
         if partition not in leaders:
-            raise ProtocolError(f"topic {topic!r} has no partition {partition}",
-                                "UNKNOWN_TOPIC_OR_PARTITION")
+            raise ProtocolError(
+                f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
+            )
         offset = start
         while True:
             code, batches = self._protocol.fetch(
-                leaders[partition], topic, partition, offset,
-                max_wait_ms=END_OF_LOG_WAIT_MS, with_keys=with_keys,
+                leaders[partition],
+                topic,
+                partition,
+                offset,
+                max_wait_ms=END_OF_LOG_WAIT_MS,
+                with_keys=with_keys,
             )
             if code == ErrorCode.OFFSET_OUT_OF_RANGE and offset > start:
                 return
@@ -71,8 +76,11 @@ class LogReader:
         control batch of that producer after the range's last record is its end.
         """
         for batch in self.batches(part.topic, part.partition, part.last_offset):
-            if (batch.control is not None and batch.producer_id == producer_id
-                    and batch.base_offset > part.last_offset):
+            if (
+                batch.control is not None
+                and batch.producer_id == producer_id
+                and batch.base_offset > part.last_offset
+            ):
                 return batch.control
         return None
 
@@ -101,6 +109,6 @@ class TransactionState:
 
 
 def transaction_state(reader: LogReader, committable: Committable) -> TransactionState:
-    return TransactionState(tuple(
-        reader.marker_after(committable.producer_id, part) for part in committable.partitions
-    ))
+    return TransactionState(
+        tuple(reader.marker_after(committable.producer_id, part) for part in committable.partitions)
+    )

@@ -118,7 +118,12 @@ class TransactionProtocol(Protocol):
     def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, int]: ...
 
     def end_txn(
-        self, node: int, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
         version: int,
     ) -> int: ...
 
@@ -129,7 +134,13 @@ class TransactionProtocol(Protocol):
     def partition_leaders(self, topic: str) -> dict[int, int]: ...
 
     def fetch(
-        self, node: int, topic: str, partition: int, offset: int, *, max_wait_ms: int,
+        self,
+        node: int,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_wait_ms: int,
         with_keys: bool = False,
     ) -> tuple[int, list[LogBatch]]: ...
 
@@ -148,9 +159,7 @@ class KafkaProtocol:
         self._timeout_ms = timeout_ms
         self._kp_config = to_kafka_python(config)
         self._kp_config.setdefault("request_timeout_ms", timeout_ms)
-        self._kp_config.setdefault(
-            "socket_connection_setup_timeout_ms", min(timeout_ms, 10_000)
-        )
+        self._kp_config.setdefault("socket_connection_setup_timeout_ms", min(timeout_ms, 10_000))
         self._client = KafkaNetClient(**self._kp_config)
         self._admin: KafkaAdminClient | None = None
         try:
@@ -181,9 +190,14 @@ class KafkaProtocol:
     def _send(self, node: int, request: Any) -> Any:
         try:
             return self._client.send_and_receive(node, request, timeout_ms=self._timeout_ms)
-        except (kafka_errors.KafkaConnectionError, kafka_errors.KafkaTimeoutError,
-                kafka_errors.NodeNotReadyError, kafka_errors.RequestTimedOutError,
-                kafka_errors.Cancelled, ConnectionError) as exc:
+        except (
+            kafka_errors.KafkaConnectionError,
+            kafka_errors.KafkaTimeoutError,
+            kafka_errors.NodeNotReadyError,
+            kafka_errors.RequestTimedOutError,
+            kafka_errors.Cancelled,
+            ConnectionError,
+        ) as exc:
             raise ConnectionLostError(
                 f"{request.__class__.__name__} to node {node}: {type(exc).__name__}"
             ) from None
@@ -194,9 +208,11 @@ class KafkaProtocol:
         if broker is None:
             return None
         library = {
-            ApiKey.FETCH: FetchRequest, ApiKey.METADATA: MetadataRequest,
+            ApiKey.FETCH: FetchRequest,
+            ApiKey.METADATA: MetadataRequest,
             ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
-            ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest, ApiKey.END_TXN: EndTxnRequest,
+            ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
+            ApiKey.END_TXN: EndTxnRequest,
         }.get(api)
         top = broker[1] if library is None else min(broker[1], library.max_version)
         if cap is not None:
@@ -215,8 +231,10 @@ class KafkaProtocol:
         """Return (error code, coordinator node id)."""
         version = self._require(ApiKey.FIND_COORDINATOR, cap=4, minimum=1)
         request = FindCoordinatorRequest(
-            key=transactional_id, key_type=TRANSACTION_COORDINATOR,
-            coordinator_keys=[transactional_id], version=version,
+            key=transactional_id,
+            key_type=TRANSACTION_COORDINATOR,
+            coordinator_keys=[transactional_id],
+            version=version,
         )
         answer = self._send(self._any_node(), request)
         if version >= 4:
@@ -225,12 +243,20 @@ class KafkaProtocol:
         return answer.error_code, answer.node_id
 
     def end_txn(
-        self, node: int, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
         version: int,
     ) -> int:
         request = EndTxnRequest(
-            transactional_id=transactional_id, producer_id=producer_id,
-            producer_epoch=epoch, committed=commit, version=version,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            committed=commit,
+            version=version,
         )
         return self._send(node, request).error_code
 
@@ -241,8 +267,11 @@ class KafkaProtocol:
         # init (-1/-1), which every broker version treats as "abort what is open".
         version = self._require(ApiKey.INIT_PRODUCER_ID, cap=5)
         request = InitProducerIdRequest(
-            transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
-            producer_id=-1, producer_epoch=-1, version=version,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+            producer_id=-1,
+            producer_epoch=-1,
+            version=version,
         )
         answer = self._send(node, request)
         return InitProducerIdAnswer(answer.error_code, answer.producer_id, answer.producer_epoch)
@@ -254,7 +283,8 @@ class KafkaProtocol:
         version = self._require(ApiKey.METADATA, cap=8, minimum=4)
         request = MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-            allow_auto_topic_creation=False, version=version,
+            allow_auto_topic_creation=False,
+            version=version,
         )
         answer = self._send(self._any_node(), request)
         for entry in answer.topics:
@@ -266,20 +296,42 @@ class KafkaProtocol:
         raise ProtocolError(f"topic {topic!r}: not in metadata", "UNKNOWN_TOPIC_OR_PARTITION")
 
     def fetch(
-        self, node: int, topic: str, partition: int, offset: int, *, max_wait_ms: int,
+        self,
+        node: int,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_wait_ms: int,
         with_keys: bool = False,
     ) -> tuple[int, list[LogBatch]]:
         """Read raw batches (control batches included) from ``offset``; (error code, batches)."""
         version = self._require(ApiKey.FETCH, cap=11, minimum=4)
         fetch_topic = FetchRequest.FetchTopic
         request = FetchRequest(
-            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=_FETCH_MAX_BYTES,
-            isolation_level=READ_UNCOMMITTED, session_id=0, session_epoch=-1,
-            topics=[fetch_topic(topic=topic, partitions=[fetch_topic.FetchPartition(
-                partition=partition, fetch_offset=offset, partition_max_bytes=_FETCH_MAX_BYTES,
-                current_leader_epoch=-1, log_start_offset=-1,
-            )])],
-            forgotten_topics_data=[], version=version,
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=_FETCH_MAX_BYTES,
+            isolation_level=READ_UNCOMMITTED,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                fetch_topic(
+                    topic=topic,
+                    partitions=[
+                        fetch_topic.FetchPartition(
+                            partition=partition,
+                            fetch_offset=offset,
+                            partition_max_bytes=_FETCH_MAX_BYTES,
+                            current_leader_epoch=-1,
+                            log_start_offset=-1,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            version=version,
         )
         answer = self._send(node, request)
         batches: list[LogBatch] = []
@@ -294,7 +346,10 @@ class KafkaProtocol:
 
     def _admin_client(self) -> KafkaAdminClient:
         if self._admin is None:
-            self._admin = KafkaAdminClient(**self._kp_config)
+            accepted = KafkaAdminClient.DEFAULT_CONFIG
+            self._admin = KafkaAdminClient(
+                **{k: v for k, v in self._kp_config.items() if k in accepted}
+            )
         return self._admin
 
     def create_topic(self, topic: str, partitions: int) -> None:
@@ -309,20 +364,30 @@ class KafkaProtocol:
         self._require(ApiKey.LIST_TRANSACTIONS)
         by_broker = self._admin_client().list_transactions()
         return [
-            {"broker": broker, "transactional_id": t.transactional_id,
-             "producer_id": t.producer_id, "state": str(t.transaction_state)}
-            for broker, listings in by_broker.items() for t in listings
+            {
+                "broker": broker,
+                "transactional_id": t.transactional_id,
+                "producer_id": t.producer_id,
+                "state": str(t.transaction_state),
+            }
+            for broker, listings in by_broker.items()
+            for t in listings
         ]
 
     def describe_transactions(self, transactional_ids: list[str]) -> list[dict[str, Any]]:
         self._require(ApiKey.DESCRIBE_TRANSACTIONS)
         described = self._admin_client().describe_transactions(transactional_ids)
         return [
-            {"transactional_id": tid, "state": str(d.state), "producer_id": d.producer_id,
-             "producer_epoch": d.producer_epoch, "coordinator": d.coordinator_id,
-             "transaction_timeout_ms": d.transaction_timeout_ms,
-             "transaction_start_time_ms": d.transaction_start_time_ms,
-             "partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in d.topic_partitions)}
+            {
+                "transactional_id": tid,
+                "state": str(d.state),
+                "producer_id": d.producer_id,
+                "producer_epoch": d.producer_epoch,
+                "coordinator": d.coordinator_id,
+                "transaction_timeout_ms": d.transaction_timeout_ms,
+                "transaction_start_time_ms": d.transaction_start_time_ms,
+                "partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in d.topic_partitions),
+            }
             for tid, d in described.items()
         ]
 
@@ -339,11 +404,16 @@ def _parse_batches(raw: bytes | None, with_keys: bool) -> list[LogBatch]:
             control = next((ControlType(r.type) for r in batch), None)
         elif with_keys:
             keys = tuple(r.key for r in batch)
-        out.append(LogBatch(
-            base_offset=batch.base_offset, last_offset=batch.last_offset,
-            producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-            is_transactional=batch.is_transactional, control=control,
-            record_count=batch.records_count, keys=keys,
-        ))
+        out.append(
+            LogBatch(
+                base_offset=batch.base_offset,
+                last_offset=batch.last_offset,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.producer_epoch,
+                is_transactional=batch.is_transactional,
+                control=control,
+                record_count=batch.records_count,
+                keys=keys,
+            )
+        )
     return out
-

@@ -26,16 +26,22 @@ from .settings import bootstrap_servers, redact
 log = logging.getLogger(__name__)
 
 #: A record as the writer takes it: (key, value) or (key, value, headers).
-Record = tuple[bytes | None, bytes | None] | tuple[
-    bytes | None, bytes | None, list[tuple[str, bytes]] | None
-]
+Record = (
+    tuple[bytes | None, bytes | None]
+    | tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+)
 
 #: Kafka brokers refuse longer transactions by default (transaction.max.timeout.ms).
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 _STATS_INTERVAL_MS = 50
 # Settings the writer owns; a caller's value for them would break the protocol.
-_RESERVED = ("transactional.id", "transaction.timeout.ms", "enable.idempotence",
-             "statistics.interval.ms", "stats_cb")
+_RESERVED = (
+    "transactional.id",
+    "transaction.timeout.ms",
+    "enable.idempotence",
+    "statistics.interval.ms",
+    "stats_cb",
+)
 
 
 class _Deliveries:
@@ -112,8 +118,7 @@ class TransactionalWriter:
         start_ms = int(self._clock() * 1000)
         if first is None:
             log.info("%s: no records, no transaction opened", self.transactional_id)
-            return Committable.empty(self.transactional_id, start_ms,
-                                     self.transaction_timeout_ms)
+            return Committable.empty(self.transactional_id, start_ms, self.transaction_timeout_ms)
         self._call(producer.init_transactions, self._timeout_s, what="init_transactions")
         producer.begin_transaction()
         stats.clear()  # only snapshots taken inside this transaction may name its epoch
@@ -136,13 +141,23 @@ class TransactionalWriter:
             for p, n in sorted(deliveries.per_partition.items())
         )
         committable = Committable(
-            transactional_id=self.transactional_id, producer_id=producer_id,
-            producer_epoch=epoch, transaction_version=TRANSACTION_VERSION_CLASSIC,
-            partitions=parts, record_count=deliveries.count, start_time_ms=start_ms,
+            transactional_id=self.transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            transaction_version=TRANSACTION_VERSION_CLASSIC,
+            partitions=parts,
+            record_count=deliveries.count,
+            start_time_ms=start_ms,
             transaction_timeout_ms=self.transaction_timeout_ms,
         )
-        log.info("%s: prepared %d records in %d partitions (pid %d, epoch %d)",
-                 self.transactional_id, committable.record_count, len(parts), producer_id, epoch)
+        log.info(
+            "%s: prepared %d records in %d partitions (pid %d, epoch %d)",
+            self.transactional_id,
+            committable.record_count,
+            len(parts),
+            producer_id,
+            epoch,
+        )
         # Deliberately no producer.close(): it would abort the prepared transaction.
         return committable
 
@@ -198,7 +213,10 @@ class TransactionalWriter:
 
     @staticmethod
     def _produce_all(
-        producer: Producer, topic: str, first: Record, rest: Iterable[Record],
+        producer: Producer,
+        topic: str,
+        first: Record,
+        rest: Iterable[Record],
         on_delivery: _Deliveries,
     ) -> None:
         produce, poll = producer.produce, producer.poll
@@ -220,8 +238,7 @@ class TransactionalWriter:
     def _producer_identity(self, producer: Producer, stats: dict[str, Any]) -> tuple[int, int]:
         """Producer id and epoch of the open transaction, from librdkafka's statistics."""
         deadline = time.monotonic() + self._timeout_s
-        while not (stats.get("txn_state") == "InTransaction"
-                   and stats.get("producer_id", -1) >= 0):
+        while not (stats.get("txn_state") == "InTransaction" and stats.get("producer_id", -1) >= 0):
             if time.monotonic() > deadline:
                 raise WriteError("librdkafka statistics never reported the producer id")
             producer.poll(_STATS_INTERVAL_MS / 1000)
@@ -230,9 +247,13 @@ class TransactionalWriter:
     def _abort(self, producer: Producer, cause: BaseException) -> None:
         try:
             producer.abort_transaction(self._timeout_s)
-            log.warning("%s: transaction aborted after %s", self.transactional_id,
-                        type(cause).__name__)
+            log.warning(
+                "%s: transaction aborted after %s", self.transactional_id, type(cause).__name__
+            )
         except KafkaException as exc:
-            log.error("%s: abort after failure also failed (%s); the coordinator aborts it "
-                      "at its timeout, or fence the id", self.transactional_id, exc.args[0].str())
-
+            log.error(
+                "%s: abort after failure also failed (%s); the coordinator aborts it "
+                "at its timeout, or fence the id",
+                self.transactional_id,
+                exc.args[0].str(),
+            )

@@ -1,0 +1,317 @@
+"""``kafka2pc``: the transaction core from the command line.
+
+JSON on stdout; exit 0 only on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .transaction.audit import audit_topic
+from .transaction.committable import Committable
+from .transaction.controller import Outcome, RetryPolicy, TransactionController
+from .transaction.errors import ConfigurationError, Kafka2pcError
+from .transaction.protocol import KafkaProtocol
+from .transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionalWriter
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    try:
+        return args.run(args)
+    except ConfigurationError as exc:
+        return _fail(exc, EXIT_USAGE)
+    except Kafka2pcError as exc:
+        return _fail(exc, EXIT_FAILED)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(exc: Exception, code: int) -> int:
+    _emit({"error": type(exc).__name__, "message": str(exc)})
+    print(f"kafka2pc: {exc}", file=sys.stderr)
+    return code
+
+
+def _emit(data: Any) -> None:
+    print(json.dumps(data, sort_keys=True), flush=True)
+
+
+# -- settings -----------------------------------------------------------------
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """librdkafka-style settings from --config-file, then --config, then --bootstrap-servers."""
+    settings: dict[str, Any] = {}
+    if args.config_file:
+        try:
+            loaded = json.loads(Path(args.config_file).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigurationError(f"--config-file {args.config_file}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigurationError(f"--config-file {args.config_file}: must be a JSON object")
+        settings.update(loaded)
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"--config {item.split('=')[0]!r}: expected KEY=VALUE")
+        settings[key] = value
+    if args.bootstrap_servers:
+        settings["bootstrap.servers"] = args.bootstrap_servers
+    if "bootstrap.servers" not in settings:
+        raise ConfigurationError("--bootstrap-servers is required (or bootstrap.servers in config)")
+    return settings
+
+
+def _protocol(args: argparse.Namespace) -> KafkaProtocol:
+    return KafkaProtocol(_settings(args), timeout_ms=args.timeout_ms)
+
+
+# -- commands -----------------------------------------------------------------
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from .broker import EmbeddedBroker
+
+    with EmbeddedBroker(port=args.port) as broker:
+        _emit({"bootstrap_servers": broker.bootstrap_servers, "pid": broker.pid})
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+def _cmd_topic_create(args: argparse.Namespace) -> int:
+    if args.partitions < 1:
+        raise ConfigurationError("--partitions must be >= 1")
+    with _protocol(args) as protocol:
+        protocol.create_topic(args.topic, args.partitions)
+        leaders = protocol.partition_leaders(args.topic)
+    _emit({"topic": args.topic, "partitions": len(leaders)})
+    return 0
+
+
+def _read_jsonl(path: str, key_field: str | None) -> Iterator[tuple[bytes | None, bytes]]:
+    """Yield (key, value) per JSON-object line; a bad line raises (and aborts the write)."""
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    with stream:
+        for number, line in enumerate(stream, start=1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigurationError(f"{path} line {number}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise ConfigurationError(f"{path} line {number}: not a JSON object")
+            key = None
+            if key_field is not None:
+                if row.get(key_field) is None:
+                    raise ConfigurationError(
+                        f"{path} line {number}: key field {key_field!r} missing or null"
+                    )
+                value = row[key_field]
+                key = (value if isinstance(value, str) else json.dumps(value)).encode()
+            yield key, text.encode()
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    if args.input != "-" and not Path(args.input).is_file():
+        raise ConfigurationError(f"--input {args.input}: no such file")
+    writer = TransactionalWriter(
+        _settings(args),
+        args.transactional_id,
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        timeout_s=args.timeout_ms / 1000,
+    )
+    committable = writer.write(args.topic, _read_jsonl(args.input, args.key_field))
+    _emit(committable.to_dict())
+    return 0
+
+
+def _load_committables(source: str) -> list[Committable]:
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as exc:
+        raise ConfigurationError(f"committable file {source}: {exc.strerror}") from None
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"{source}: not valid JSON ({exc.msg})") from None
+        return [Committable.from_dict(item) for item in items]
+    return [Committable.from_json(stripped)]
+
+
+def _finish(args: argparse.Namespace, commit: bool) -> int:
+    committables = _load_committables(args.committable)
+    ok = (
+        {Outcome.COMMITTED, Outcome.ALREADY_COMMITTED}
+        if commit
+        else {Outcome.ABORTED, Outcome.ALREADY_ABORTED}
+    )
+    with _protocol(args) as protocol:
+        controller = TransactionController(protocol, RetryPolicy(deadline_s=args.deadline_s))
+        act = controller.commit if commit else controller.abort
+        results = [act(c) for c in committables]
+    if len(results) == 1:
+        _emit(results[0].to_dict())
+    else:
+        _emit({"results": [r.to_dict() for r in results]})
+    return 0 if all(r.outcome in ok for r in results) else EXIT_FAILED
+
+
+def _cmd_fence(args: argparse.Namespace) -> int:
+    with _protocol(args) as protocol:
+        result = TransactionController(protocol).fence(args.transactional_id)
+    _emit(
+        {
+            "transactional_id": result.transactional_id,
+            "producer_id": result.producer_id,
+            "producer_epoch": result.producer_epoch,
+            "fenced": True,
+        }
+    )
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    committables = [c for path in args.committables for c in _load_committables(path)]
+    with _protocol(args) as protocol:
+        report = audit_topic(protocol, args.topic, committables, duplicates=args.duplicates)
+    _emit(report.to_dict())
+    return 0
+
+
+def _cmd_txn_list(args: argparse.Namespace) -> int:
+    with _protocol(args) as protocol:
+        _emit({"transactions": protocol.list_transactions()})
+    return 0
+
+
+def _cmd_txn_describe(args: argparse.Namespace) -> int:
+    with _protocol(args) as protocol:
+        _emit({"transactions": protocol.describe_transactions(args.transactional_id)})
+    return 0
+
+
+# -- parser -------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(json.dumps({"error": "UsageError", "message": message}))
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kafka2pc", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
+
+    def command(
+        name: str, run: Any, help_text: str, parent: Any = commands, kafka: bool = True
+    ) -> argparse.ArgumentParser:
+        sub = parent.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(run=run)
+        if kafka:
+            sub.add_argument("--bootstrap-servers", "-b", help="host:port[,host:port...]")
+            sub.add_argument(
+                "--config",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="librdkafka-style setting (security.protocol, sasl.*, ssl.*)",
+            )
+            sub.add_argument(
+                "--config-file",
+                help="JSON object of librdkafka-style settings "
+                "(keeps secrets off the command line)",
+            )
+            sub.add_argument(
+                "--timeout-ms",
+                type=int,
+                default=30_000,
+                help="bound on connecting and on each request (default 30000)",
+            )
+        return sub
+
+    sub = command(
+        "broker", _cmd_broker, "run the embedded broker (Tansu) until stopped", kafka=False
+    )
+    sub.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
+
+    topic = commands.add_parser("topic", help="topic administration").add_subparsers(
+        required=True, metavar="ACTION", parser_class=_Parser
+    )
+    sub = command("create", _cmd_topic_create, "create a topic", parent=topic)
+    sub.add_argument("--topic", "-t", required=True)
+    sub.add_argument("--partitions", type=int, default=1)
+
+    sub = command(
+        "prepare", _cmd_prepare, "write a JSONL file into a new transaction and leave it open"
+    )
+    sub.add_argument("--topic", "-t", required=True)
+    sub.add_argument("--transactional-id", required=True)
+    sub.add_argument("--input", required=True, help="JSONL file (one JSON object a line) or -")
+    sub.add_argument("--key-field", help="use this field's value as the record key")
+    sub.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
+
+    for name, run, text in (
+        ("commit", lambda a: _finish(a, True), "commit prepared transactions"),
+        ("abort", lambda a: _finish(a, False), "abort prepared transactions"),
+    ):
+        sub = command(name, run, text)
+        sub.add_argument("committable", help="committable JSON (object or array) file, or -")
+        sub.add_argument(
+            "--deadline-s",
+            type=float,
+            default=60.0,
+            help="give up retrying after this long (default 60)",
+        )
+
+    sub = command(
+        "fence", _cmd_fence, "re-initialise a transactional id, aborting whatever it left open"
+    )
+    sub.add_argument("--transactional-id", required=True)
+
+    sub = command(
+        "audit",
+        _cmd_audit,
+        "count committed/aborted/open records from the log's transaction markers",
+    )
+    sub.add_argument("--topic", "-t", required=True)
+    sub.add_argument("--committables", nargs="*", default=[], metavar="FILE")
+    sub.add_argument("--duplicates", action="store_true", help="report repeated committed keys")
+
+    txn = commands.add_parser("txn", help="broker-side transaction listing").add_subparsers(
+        required=True, metavar="ACTION", parser_class=_Parser
+    )
+    command("list", _cmd_txn_list, "list open transactions (ListTransactions)", parent=txn)
+    sub = command("describe", _cmd_txn_describe, "describe transactions by id", parent=txn)
+    sub.add_argument("--transactional-id", required=True, action="append")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

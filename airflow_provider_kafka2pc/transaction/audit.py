@@ -1,0 +1,224 @@
+"""The log audit: what a topic's log really holds, by its transaction markers.
+
+It reads raw batches (READ_UNCOMMITTED, control batches included) and applies the
+commit/abort markers itself; it never trusts the broker's aborted-transactions index
+or a read_committed consumer. It is the tests' oracle for exactly-once and a tool for
+operators: records committed, aborted and still open, per partition and per committable.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .committable import Committable
+from .log import LogReader
+from .protocol import ControlType, TransactionProtocol
+
+OPEN = "OPEN"
+COMMITTED = "COMMITTED"
+ABORTED = "ABORTED"
+
+
+@dataclass
+class _Span:
+    """Records of one producer's transaction in one partition."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    count: int = 0
+    state: str = OPEN
+    keys: list[bytes | None] = field(default_factory=list)
+
+
+@dataclass
+class PartitionAudit:
+    partition: int
+    committed: int = 0
+    aborted: int = 0
+    open: int = 0
+    non_transactional: int = 0
+    commit_markers: int = 0
+    abort_markers: int = 0
+    end_offset: int = 0
+    spans: list[_Span] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "committed": self.committed,
+            "aborted": self.aborted,
+            "open": self.open,
+            "non_transactional": self.non_transactional,
+            "commit_markers": self.commit_markers,
+            "abort_markers": self.abort_markers,
+            "end_offset": self.end_offset,
+        }
+
+
+@dataclass
+class AuditReport:
+    topic: str
+    partitions: dict[int, PartitionAudit]
+    committables: list[dict[str, Any]]
+    duplicates: dict[str, Any] | None = None
+
+    @property
+    def totals(self) -> dict[str, int]:
+        parts = self.partitions.values()
+        return {
+            "committed": sum(p.committed for p in parts),
+            "aborted": sum(p.aborted for p in parts),
+            "open": sum(p.open for p in parts),
+            "non_transactional": sum(p.non_transactional for p in parts),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "topic": self.topic,
+            "totals": self.totals,
+            "partitions": {str(p): a.to_dict() for p, a in sorted(self.partitions.items())},
+            "committables": self.committables,
+        }
+        if self.duplicates is not None:
+            data["duplicates"] = self.duplicates
+        return data
+
+
+def audit_topic(
+    protocol: TransactionProtocol,
+    topic: str,
+    committables: Iterable[Committable] = (),
+    *,
+    start_offsets: Mapping[int, int] | None = None,
+    duplicates: bool = False,
+) -> AuditReport:
+    """Audit every partition of ``topic`` from ``start_offsets`` (default: offset 0).
+
+    Non-transactional records count as committed (they are visible) and also
+    separately. With ``duplicates``, committed records are grouped by key and keys
+    seen more than once are reported.
+    """
+    reader = LogReader(protocol)
+    starts = dict(start_offsets or {})
+    partitions = {
+        p: _audit_partition(reader, topic, p, starts.get(p, 0), duplicates)
+        for p in reader.partitions(topic)
+    }
+    report = AuditReport(
+        topic, partitions, [_committable_view(c, partitions, topic) for c in committables]
+    )
+    if duplicates:
+        report.duplicates = _duplicates(partitions.values())
+    return report
+
+
+def _audit_partition(
+    reader: LogReader, topic: str, partition: int, start: int, with_keys: bool
+) -> PartitionAudit:
+    audit = PartitionAudit(partition, end_offset=start)
+    pending: dict[int, _Span] = {}
+    for batch in reader.batches(topic, partition, start, with_keys=with_keys):
+        audit.end_offset = batch.last_offset + 1
+        if batch.control is not None:
+            span = pending.pop(batch.producer_id, None)
+            if batch.control is ControlType.COMMIT:
+                audit.commit_markers += 1
+            else:
+                audit.abort_markers += 1
+            if span is not None:
+                span.state = COMMITTED if batch.control is ControlType.COMMIT else ABORTED
+            continue
+        if not batch.is_transactional:
+            audit.non_transactional += batch.record_count
+            audit.spans.append(
+                _Span(
+                    batch.producer_id,
+                    batch.base_offset,
+                    batch.last_offset,
+                    batch.record_count,
+                    COMMITTED,
+                    list(batch.keys),
+                )
+            )
+            continue
+        span = pending.get(batch.producer_id)
+        if span is None:
+            span = pending[batch.producer_id] = _Span(
+                batch.producer_id, batch.base_offset, batch.last_offset
+            )
+            audit.spans.append(span)
+        span.last_offset = batch.last_offset
+        span.count += batch.record_count
+        span.keys.extend(batch.keys)
+    for span in audit.spans:
+        if span.state == COMMITTED:
+            audit.committed += span.count
+        elif span.state == ABORTED:
+            audit.aborted += span.count
+        else:
+            audit.open += span.count
+    return audit
+
+
+def _committable_view(
+    c: Committable, partitions: Mapping[int, PartitionAudit], topic: str
+) -> dict[str, Any]:
+    counts = Counter({COMMITTED: 0, ABORTED: 0, OPEN: 0})
+    for part in c.partitions:
+        audit = partitions.get(part.partition) if part.topic == topic else None
+        for span in audit.spans if audit else ():
+            if (
+                span.producer_id == c.producer_id
+                and span.first_offset <= part.last_offset
+                and span.last_offset >= part.first_offset
+            ):
+                counts[span.state] += span.count
+    seen = sum(counts.values())
+    if c.is_empty:
+        state = "EMPTY"
+    elif seen == 0:
+        state = "MISSING"
+    elif counts[COMMITTED] == seen:
+        state = COMMITTED
+    elif counts[ABORTED] == seen:
+        state = ABORTED
+    elif counts[OPEN] == seen:
+        state = OPEN
+    else:
+        state = "MIXED"
+    return {
+        "transactional_id": c.transactional_id,
+        "producer_id": c.producer_id,
+        "expected": c.record_count,
+        "committed": counts[COMMITTED],
+        "aborted": counts[ABORTED],
+        "open": counts[OPEN],
+        "state": state,
+        "complete": seen == c.record_count,
+    }
+
+
+def _duplicates(partitions: Iterable[PartitionAudit]) -> dict[str, Any]:
+    keys = Counter(
+        key
+        for audit in partitions
+        for span in audit.spans
+        if span.state == COMMITTED
+        for key in span.keys
+    )
+    repeated = {k: n for k, n in keys.items() if n > 1}
+    return {
+        "committed_keys": sum(keys.values()),
+        "duplicate_keys": len(repeated),
+        "extra_copies": sum(n - 1 for n in repeated.values()),
+        "examples": [_show(k) for k in list(repeated)[:10]],
+    }
+
+
+def _show(key: bytes | None) -> str | None:
+    if key is None:
+        return None
+    return key.decode("utf-8", "backslashreplace")
