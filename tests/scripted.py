@@ -1,0 +1,172 @@
+"""A scripted broker at the protocol seam, for answers the embedded broker cannot give.
+
+It stands in for :class:`KafkaProtocol`: EndTxn / FindCoordinator / InitProducerId
+answer from a script, and an in-memory log holds data and control batches, so the
+controller's log verification runs unchanged against it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from airflow_provider_kafka2pc.transaction.committable import (
+    TRANSACTION_VERSION_CLASSIC,
+    Committable,
+    PartitionRange,
+)
+from airflow_provider_kafka2pc.transaction.protocol import (
+    ApiKey,
+    ConnectionLostError,
+    ControlType,
+    ErrorCode,
+    InitProducerIdAnswer,
+    LogBatch,
+)
+
+COORDINATOR = 7
+DROP = "drop"  # scripted answer: the broker drops the connection
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One scripted EndTxn answer and what the broker does to the log with it."""
+
+    code: int | str
+    marker: ControlType | None = None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class ScriptedBroker:
+    def __init__(
+        self,
+        end_txn: list[Answer] | None = None,
+        find: list[int] | None = None,
+        init_producer_id: list[int] | None = None,
+        end_txn_max_version: int = 4,
+    ) -> None:
+        self.end_txn_script = deque(end_txn or [])
+        self.find_script = deque(find or [])
+        self.init_script = deque(init_producer_id or [])
+        self.versions = {
+            ApiKey.END_TXN: end_txn_max_version,
+            ApiKey.FETCH: 11,
+            ApiKey.METADATA: 8,
+            ApiKey.FIND_COORDINATOR: 3,
+            ApiKey.INIT_PRODUCER_ID: 4,
+        }
+        self.logs: dict[tuple[str, int], list[LogBatch]] = defaultdict(list)
+        self.txns: dict[str, Committable] = {}
+        self.calls: list[tuple] = []
+
+    # -- building the log ---------------------------------------------------
+
+    def prepare(
+        self,
+        tid: str = "tx-1",
+        records: int = 10,
+        partitions: int = 2,
+        transaction_version: int = TRANSACTION_VERSION_CLASSIC,
+        producer_id: int = 42,
+        epoch: int = 3,
+    ) -> Committable:
+        """Append an open transaction's data batches and return its committable."""
+        parts = []
+        for p in range(partitions):
+            log = self.logs[("topic", p)]
+            base = log[-1].last_offset + 1 if log else 0
+            log.append(LogBatch(base, base + records - 1, producer_id, epoch, True, None, records))
+            parts.append(PartitionRange("topic", p, base, base + records - 1, records))
+        committable = Committable(
+            tid,
+            producer_id,
+            epoch,
+            transaction_version,
+            tuple(parts),
+            records * partitions,
+            0,
+            60_000,
+        )
+        self.txns[tid] = committable
+        return committable
+
+    def write_marker(self, tid: str, marker: ControlType) -> None:
+        c = self.txns[tid]
+        for part in c.partitions:
+            log = self.logs[(part.topic, part.partition)]
+            offset = log[-1].last_offset + 1
+            log.append(LogBatch(offset, offset, c.producer_id, c.producer_epoch, True, marker, 1))
+
+    # -- TransactionProtocol ------------------------------------------------
+
+    def api_version(self, api: ApiKey, cap: int | None = None) -> int | None:
+        top = self.versions.get(api)
+        if top is None:
+            return None
+        return top if cap is None else min(top, cap)
+
+    def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, int]:
+        self.calls.append(("find", transactional_id))
+        code = self.find_script.popleft() if self.find_script else ErrorCode.NONE
+        return code, COORDINATOR
+
+    def end_txn(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        version: int,
+    ) -> int:
+        self.calls.append(("end_txn", transactional_id, producer_id, epoch, commit, version))
+        assert node == COORDINATOR
+        answer = self.end_txn_script.popleft()
+        if answer.marker is not None:
+            self.write_marker(transactional_id, answer.marker)
+        if answer.code == DROP:
+            raise ConnectionLostError("scripted: connection dropped")
+        return int(answer.code)
+
+    def init_producer_id(
+        self, node: int, transactional_id: str, transaction_timeout_ms: int
+    ) -> InitProducerIdAnswer:
+        self.calls.append(("init_producer_id", transactional_id))
+        code = self.init_script.popleft() if self.init_script else ErrorCode.NONE
+        if code == ErrorCode.NONE and transactional_id in self.txns:
+            self.write_marker(transactional_id, ControlType.ABORT)
+        return InitProducerIdAnswer(code, 42, 4)
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        return {p: 1 for (t, p) in self.logs if t == topic}
+
+    def fetch(
+        self,
+        node: int,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_wait_ms: int,
+        with_keys: bool = False,
+    ) -> tuple[int, list[LogBatch]]:
+        self.calls.append(("fetch", topic, partition, offset))
+        return ErrorCode.NONE, [b for b in self.logs[(topic, partition)] if b.last_offset >= offset]
+
+    def close(self) -> None:
+        pass
+
+    def count(self, kind: str) -> int:
+        return sum(1 for call in self.calls if call[0] == kind)
