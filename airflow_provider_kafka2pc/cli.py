@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from .transaction.audit import audit_topic
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
-from .transaction.errors import ConfigurationError, Kafka2pcError
+from .transaction.errors import CommittableError, ConfigurationError, Kafka2pcError
 from .transaction.protocol import KafkaProtocol
 from .transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionalWriter
 
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kafka").setLevel(logging.WARNING)
     try:
         return args.run(args)
-    except ConfigurationError as exc:
+    except (ConfigurationError, CommittableError) as exc:
         return _fail(exc, EXIT_USAGE)
     except Kafka2pcError as exc:
         return _fail(exc, EXIT_FAILED)

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
-from .errors import BrokerUnreachableError, ConfigurationError, WriteError
+from .errors import BrokerUnreachableError, ConfigurationError, Kafka2pcError, WriteError
 from .naming import validate_transactional_id
 from .settings import bootstrap_servers, redact
 
@@ -133,7 +133,7 @@ class TransactionalWriter:
             producer_id, epoch = self._producer_identity(producer, stats)
         except BaseException as exc:
             self._abort(producer, exc)
-            if isinstance(exc, WriteError | KeyboardInterrupt | SystemExit):
+            if isinstance(exc, Kafka2pcError | KeyboardInterrupt | SystemExit):
                 raise
             raise WriteError(f"writing to {topic!r} failed, transaction aborted: {exc}") from exc
         parts = tuple(

@@ -1,0 +1,484 @@
+"""Benchmark of the transaction core: the writer's throughput and the controller's commit cost.
+
+Why: the provider is only worth using if exactly-once costs little over a plain producer,
+and if finishing many prepared transactions from one process (the commit task) is quick.
+Two measurements, each against a real broker (the embedded Tansu, or ``--bootstrap-servers``):
+
+(a) Writer throughput. ``TransactionalWriter.write`` of N records (distinct keys, fixed-size
+    values, pre-built so generation is not timed; timed from the call until the committable
+    is returned, i.e. producer set-up, flush, every delivery report and producer teardown)
+    against a non-transactional idempotent confluent-kafka producer on the same list, timed
+    from ``Producer()`` to flushed and destroyed, once with a delivery callback that counts
+    errors and offsets (like for like: the writer needs the reports) and once without any.
+    The machine is noisy, so every round runs all sides back to back, rotating which goes
+    first, each into a fresh topic; the result is the median of per-round ratios. Afterwards
+    the writer's transactions are committed and the log is audited: nothing may be lost.
+(b) Commit cost. 100 small transactions are prepared (not timed), then committed one after
+    the other through one ``KafkaProtocol`` by ``TransactionController.commit``; a counting
+    proxy around the protocol tells how many requests (and how much time) one commit costs.
+    The audit must find all of them COMMITTED.
+
+Run: ``python benchmarks/bench_transaction_core.py [--records 200000 --rounds 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+from airflow_provider_kafka2pc.broker import EmbeddedBroker
+from airflow_provider_kafka2pc.transaction.audit import COMMITTED, audit_topic
+from airflow_provider_kafka2pc.transaction.committable import Committable
+from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+from airflow_provider_kafka2pc.transaction.protocol import (
+    ApiKey,
+    InitProducerIdAnswer,
+    KafkaProtocol,
+    LogBatch,
+)
+from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+
+Record = tuple[bytes, bytes]
+
+WRITER = "TransactionalWriter.write"
+IDEM_CB = "idempotent + callback"
+IDEM_NOCB = "idempotent, no callback"
+SIDES = (WRITER, IDEM_CB, IDEM_NOCB)
+
+WRITER_RATIO_TARGET = 0.85
+COMMIT_TARGET_S = 2.0
+FLUSH_TIMEOUT_S = 120.0
+
+
+# -- (a) writer throughput -----------------------------------------------------
+
+
+class _Deliveries:
+    """Baseline delivery callback doing what the writer's does: count, offsets, first error."""
+
+    __slots__ = ("count", "error", "first", "last", "per_partition")
+
+    def __init__(self) -> None:
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.per_partition: dict[int, int] = {}
+        self.count = 0
+        self.error: KafkaError | None = None
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            if self.error is None:
+                self.error = err
+            return
+        partition, offset = msg.partition(), msg.offset()
+        self.count += 1
+        self.per_partition[partition] = self.per_partition.get(partition, 0) + 1
+        if offset < self.first.get(partition, offset + 1):
+            self.first[partition] = offset
+        if offset > self.last.get(partition, -1):
+            self.last[partition] = offset
+
+
+def run_idempotent(
+    config: dict[str, Any], topic: str, records: Sequence[Record], with_callback: bool
+) -> float:
+    """Produce ``records`` with a plain idempotent producer; seconds from set-up to teardown."""
+    deliveries = _Deliveries() if with_callback else None
+    start = time.perf_counter()
+    producer = Producer({**config, "enable.idempotence": True, "allow.auto.create.topics": False})
+    produce, poll = producer.produce, producer.poll
+    # The same loop shape as the writer: backpressure on BufferError, poll(0) every 1024.
+    for index, (key, value) in enumerate(records):
+        while True:
+            try:
+                if deliveries is None:
+                    produce(topic, value, key)
+                else:
+                    produce(topic, value, key, on_delivery=deliveries)
+                break
+            except BufferError:
+                poll(0.05)
+        if index & 1023 == 0:
+            poll(0)
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    del producer, produce, poll  # teardown is timed on both sides (the writer's is implicit)
+    elapsed = time.perf_counter() - start
+    if remaining:
+        raise RuntimeError(f"{topic}: {remaining} records undelivered")
+    if deliveries is not None:
+        if deliveries.error is not None:
+            raise RuntimeError(f"{topic}: delivery failed: {deliveries.error.str()}")
+        if deliveries.count != len(records):
+            raise RuntimeError(f"{topic}: {deliveries.count} of {len(records)} delivered")
+    return elapsed
+
+
+def run_writer(
+    config: dict[str, Any], topic: str, records: Sequence[Record], prepared: list[Committable]
+) -> float:
+    """One transaction of ``records``; seconds from ``write()`` until the committable is back."""
+    writer = TransactionalWriter(config, f"bench-{topic}")
+    start = time.perf_counter()
+    committable = writer.write(topic, records)
+    elapsed = time.perf_counter() - start
+    prepared.append(committable)  # committed after the run, then audited
+    if committable.record_count != len(records):
+        raise RuntimeError(f"{topic}: writer reported {committable.record_count} records")
+    return elapsed
+
+
+@dataclass
+class ThroughputResult:
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SIDES})
+    orders: list[tuple[str, ...]] = field(default_factory=list)
+    committed: int = 0
+    aborted: int = 0
+    open: int = 0
+    commit_seconds: float = 0.0
+
+
+def bench_throughput(
+    config: dict[str, Any],
+    protocol: KafkaProtocol,
+    prefix: str,
+    args: argparse.Namespace,
+    topics: list[str],
+) -> ThroughputResult:
+    value = bytes(range(256)) * (args.value_bytes // 256 + 1)
+    value = value[: args.value_bytes]
+    records: list[Record] = [(b"key-%010d" % i, value) for i in range(args.records)]
+    # The list is a harness artefact: keep the cyclic GC from walking it in timed sections.
+    gc.collect()
+    gc.freeze()
+
+    result = ThroughputResult()
+    prepared: list[Committable] = []
+    writer_topics: list[str] = []
+
+    def new_topic(name: str) -> str:
+        topic = f"{prefix}-{name}"
+        protocol.create_topic(topic, args.partitions)
+        topics.append(topic)
+        return topic
+
+    runners: dict[str, Callable[[str, Sequence[Record]], float]] = {
+        WRITER: lambda t, r: run_writer(config, t, r, prepared),
+        IDEM_CB: lambda t, r: run_idempotent(config, t, r, with_callback=True),
+        IDEM_NOCB: lambda t, r: run_idempotent(config, t, r, with_callback=False),
+    }
+    tags = {WRITER: "writer", IDEM_CB: "idem-cb", IDEM_NOCB: "idem-nocb"}
+    try:
+        # Warm-up (not reported): connections, broker allocations, librdkafka start-up.
+        warm = records[: min(len(records), 20_000)]
+        for side in SIDES:
+            runners[side](new_topic(f"warmup-{tags[side]}"), warm)
+        for rnd in range(args.rounds):
+            order = SIDES[rnd % len(SIDES) :] + SIDES[: rnd % len(SIDES)]
+            result.orders.append(order)
+            for side in order:
+                topic = new_topic(f"r{rnd}-{tags[side]}")
+                if side == WRITER:
+                    writer_topics.append(topic)
+                result.seconds[side].append(runners[side](topic, records))
+                print(
+                    f"  round {rnd + 1}/{args.rounds} {side:<26} "
+                    f"{args.records / result.seconds[side][-1]:>12,.0f} rec/s",
+                    flush=True,
+                )
+    finally:
+        # Never leave transactions open (on Apache Kafka they would hold back readers).
+        start = time.perf_counter()
+        controller = TransactionController(protocol)
+        for committable in prepared:
+            outcome = controller.commit(committable).outcome
+            if outcome is not Outcome.COMMITTED:
+                raise RuntimeError(f"{committable.transactional_id}: {outcome.value}")
+        result.commit_seconds = time.perf_counter() - start
+        gc.unfreeze()
+
+    for topic in writer_topics:
+        mine = [c for c in prepared if c.partitions and c.partitions[0].topic == topic]
+        totals = audit_topic(protocol, topic, mine).totals
+        result.committed += totals["committed"]
+        result.aborted += totals["aborted"]
+        result.open += totals["open"]
+    return result
+
+
+# -- (b) commit cost ---------------------------------------------------------------
+
+
+class CountingProtocol:
+    """Wraps a :class:`KafkaProtocol`: counts calls and their time, per request kind.
+
+    Fetches are split into "before EndTxn" (the pre-check) and "after" (verification) of
+    the commit in progress; :meth:`start_commit` marks the start of a commit.
+    """
+
+    def __init__(self, inner: KafkaProtocol) -> None:
+        self._inner = inner
+        self._after_end_txn = False
+        self.calls: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def start_commit(self) -> None:
+        self._after_end_txn = False
+
+    @contextlib.contextmanager
+    def _count(self, kind: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.calls[kind] = self.calls.get(kind, 0) + 1
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - start
+
+    def api_version(self, api: ApiKey, cap: int | None = None) -> int | None:
+        return self._inner.api_version(api, cap)  # answered from cached ApiVersions: no request
+
+    def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, int]:
+        with self._count("FindCoordinator"):
+            return self._inner.find_transaction_coordinator(transactional_id)
+
+    def end_txn(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        version: int,
+    ) -> int:
+        with self._count("EndTxn"):
+            code = self._inner.end_txn(node, transactional_id, producer_id, epoch, commit, version)
+        self._after_end_txn = True
+        return code
+
+    def init_producer_id(
+        self, node: int, transactional_id: str, transaction_timeout_ms: int
+    ) -> InitProducerIdAnswer:
+        with self._count("InitProducerId"):
+            return self._inner.init_producer_id(node, transactional_id, transaction_timeout_ms)
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        with self._count("Metadata"):
+            return self._inner.partition_leaders(topic)
+
+    def fetch(
+        self,
+        node: int,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_wait_ms: int,
+        with_keys: bool = False,
+    ) -> tuple[int, list[LogBatch]]:
+        kind = "Fetch (verify)" if self._after_end_txn else "Fetch (pre-check)"
+        with self._count(kind):
+            return self._inner.fetch(
+                node, topic, partition, offset, max_wait_ms=max_wait_ms, with_keys=with_keys
+            )
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+@dataclass
+class CommitResult:
+    per_commit: list[float]
+    calls: dict[str, int]
+    seconds: dict[str, float]
+    partitions: int
+    prepare_seconds: float
+    audited_committed: int
+    audited_records: int
+
+
+def prepare_one(config: dict[str, Any], topic: str, index: int, per_txn: int) -> Committable:
+    records = [(b"c%03d-%05d" % (index, i), b"v" * 16) for i in range(per_txn)]
+    return TransactionalWriter(config, f"bench-{topic}-{index:03d}").write(topic, records)
+
+
+def bench_commits(
+    config: dict[str, Any],
+    protocol: KafkaProtocol,
+    prefix: str,
+    args: argparse.Namespace,
+    topics: list[str],
+) -> CommitResult:
+    topic = f"{prefix}-commits"
+    protocol.create_topic(topic, args.partitions)
+    topics.append(topic)
+    start = time.perf_counter()
+    # Preparing is not measured; threads overlap the per-writer connection set-up.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        prepared = list(
+            pool.map(
+                lambda i: prepare_one(config, topic, i, args.txn_records),
+                range(args.committables),
+            )
+        )
+    prepare_seconds = time.perf_counter() - start
+
+    counting = CountingProtocol(protocol)
+    controller = TransactionController(counting)
+    per_commit: list[float] = []
+    for committable in prepared:
+        counting.start_commit()
+        start = time.perf_counter()
+        outcome = controller.commit(committable).outcome
+        per_commit.append(time.perf_counter() - start)
+        if outcome is not Outcome.COMMITTED:
+            raise RuntimeError(f"{committable.transactional_id}: {outcome.value}")
+
+    report = audit_topic(protocol, topic, prepared)
+    return CommitResult(
+        per_commit=per_commit,
+        calls=counting.calls,
+        seconds=counting.seconds,
+        partitions=sum(len(c.partitions) for c in prepared),
+        prepare_seconds=prepare_seconds,
+        audited_committed=sum(1 for v in report.committables if v["state"] == COMMITTED),
+        audited_records=report.totals["committed"],
+    )
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def yes_no(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def print_report(
+    args: argparse.Namespace, servers: str, tp: ThroughputResult, cm: CommitResult
+) -> bool:
+    n, rounds = args.records, args.rounds
+    rates = {s: [n / t for t in tp.seconds[s]] for s in SIDES}
+    ratio_cb = [w / b for w, b in zip(rates[WRITER], rates[IDEM_CB], strict=True)]
+    ratio_nocb = [w / b for w, b in zip(rates[WRITER], rates[IDEM_NOCB], strict=True)]
+    med_cb, med_nocb = statistics.median(ratio_cb), statistics.median(ratio_nocb)
+    expected = n * rounds
+    lost_ok = tp.committed == expected and tp.aborted == 0 and tp.open == 0
+
+    def per_round(values: list[float], fmt: str) -> str:
+        return " ".join(format(v, fmt) for v in values)
+
+    print()
+    print(f"broker {servers}; records {n:,} x {args.value_bytes} B, {args.partitions} partitions")
+    print(f"(a) writer throughput, {rounds} interleaved rounds (first side rotates)")
+    print(f"  {'side':<28}{'median rec/s':>14}   per round (rec/s)")
+    for side in SIDES:
+        print(
+            f"  {side:<28}{statistics.median(rates[side]):>14,.0f}   "
+            + per_round(rates[side], ",.0f")
+        )
+    print(f"  {'writer / idempotent+cb':<28}{med_cb:>14.3f}   {per_round(ratio_cb, '.3f')}")
+    print(f"  {'writer / idempotent no-cb':<28}{med_nocb:>14.3f}   {per_round(ratio_nocb, '.3f')}")
+    print(
+        f"  audit: committed {tp.committed:,} of {expected:,} (aborted {tp.aborted:,}, "
+        f"open {tp.open:,}) -> {'OK' if lost_ok else 'RECORDS LOST'}; "
+        f"commit of the writer's {rounds + 1} transactions {tp.commit_seconds:.2f} s"
+    )
+
+    total = sum(cm.per_commit)
+    count = len(cm.per_commit)
+    ms = sorted(t * 1000 for t in cm.per_commit)
+    p95 = ms[min(count - 1, int(0.95 * count))]
+    print(
+        f"(b) commit {count} committables ({args.txn_records} records each, "
+        f"{cm.partitions / count:.1f} partitions each) sequentially, one KafkaProtocol"
+    )
+    print(
+        f"  total {total:.3f} s; per commit mean {total / count * 1000:.1f} ms, "
+        f"median {statistics.median(ms):.1f} ms, p95 {p95:.1f} ms, max {ms[-1]:.1f} ms "
+        f"(prepare, untimed: {cm.prepare_seconds:.1f} s)"
+    )
+    print(f"  {'request':<22}{'per commit':>11}{'ms per call':>13}{'ms per commit':>15}")
+    order = ["Metadata", "Fetch (pre-check)", "FindCoordinator", "EndTxn", "Fetch (verify)"]
+    kinds = order + sorted(set(cm.calls) - set(order))
+    for kind in (k for k in kinds if k in cm.calls):
+        calls, secs = cm.calls[kind], cm.seconds[kind]
+        print(
+            f"  {kind:<22}{calls / count:>11.2f}{secs / calls * 1000:>13.2f}"
+            f"{secs / count * 1000:>15.2f}"
+        )
+    requests = sum(cm.calls.values())
+    print(f"  {'all requests':<22}{requests / count:>11.2f}")
+    commits_ok = cm.audited_committed == count and cm.audited_records == count * args.txn_records
+    print(
+        f"  audit: {cm.audited_committed}/{count} committables COMMITTED, "
+        f"{cm.audited_records:,} records -> {'OK' if commits_ok else 'FAILED'}"
+    )
+
+    print(
+        f"target met: {yes_no(med_cb >= WRITER_RATIO_TARGET)} "
+        f"(writer / idempotent+cb {med_cb:.3f} >= {WRITER_RATIO_TARGET})"
+    )
+    print(
+        f"target met: {yes_no(total <= COMMIT_TARGET_S)} "
+        f"({count} commits {total:.3f} s <= {COMMIT_TARGET_S} s)"
+    )
+    print(f"verified:   {yes_no(lost_ok and commits_ok)} (audits: nothing lost, all committed)")
+    return lost_ok and commits_ok
+
+
+def delete_topics(servers: str, topics: list[str]) -> None:
+    """Best effort: remove the benchmark's topics from an existing cluster."""
+    from confluent_kafka.admin import AdminClient
+
+    futures = AdminClient({"bootstrap.servers": servers}).delete_topics(topics)
+    for topic, future in futures.items():
+        try:
+            future.result(30)
+        except Exception as exc:
+            print(f"could not delete topic {topic}: {exc}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records per side/round")
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--committables", type=int, default=100)
+    parser.add_argument("--txn-records", type=int, default=10, help="records per committable")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--bootstrap-servers", help="use this cluster instead of starting the embedded broker"
+    )
+    args = parser.parse_args(argv)
+
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    topics: list[str] = []
+    with contextlib.ExitStack() as stack:
+        servers = args.bootstrap_servers
+        if not servers:
+            servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+        config: dict[str, Any] = {"bootstrap.servers": servers}
+        protocol = stack.enter_context(KafkaProtocol(config))
+        print(
+            f"(a) {args.records:,} records x {args.rounds} rounds x {len(SIDES)} sides", flush=True
+        )
+        throughput = bench_throughput(config, protocol, prefix, args, topics)
+        print(f"(b) {args.committables} commits", flush=True)
+        commits = bench_commits(config, protocol, prefix, args, topics)
+        ok = print_report(args, servers, throughput, commits)
+        if args.bootstrap_servers:
+            delete_topics(servers, topics)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
