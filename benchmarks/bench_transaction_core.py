@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
+from kafka.net.manager import KafkaConnectionManager
 
 from airflow_provider_kafka2pc.broker import EmbeddedBroker
 from airflow_provider_kafka2pc.transaction.audit import COMMITTED, audit_topic
@@ -355,6 +356,35 @@ def bench_commits(
     )
 
 
+# -- set-up --------------------------------------------------------------------------
+
+#: KafkaProtocol fetches up to 8 MiB, and a response can exceed that by one batch.
+FETCH_FRAME_BYTES = 100_000_000
+
+
+def open_protocol(config: dict[str, Any]) -> KafkaProtocol:
+    """A KafkaProtocol whose connections accept whole fetch responses.
+
+    kafka-python's KafkaNetClient refuses frames over ``receive_message_max_bytes`` (default
+    1,000,000) while KafkaProtocol asks for 8 MiB per fetch, so reading a partition holding
+    more than ~1 MB (the audit, a commit's pre-check) fails with InvalidReceiveError.
+    Until the library passes a larger limit, raise kafka-python's default in this process.
+    """
+    protocol = KafkaProtocol(config)
+    manager = getattr(getattr(protocol, "_client", None), "_manager", None)
+    limit = getattr(manager, "config", {}).get("receive_message_max_bytes", FETCH_FRAME_BYTES)
+    if limit >= FETCH_FRAME_BYTES:
+        return protocol
+    print(
+        f"note: KafkaProtocol accepts frames up to {limit:,} B only (fetches ask for 8 MiB); "
+        f"raising kafka-python's default to {FETCH_FRAME_BYTES:,} B for this benchmark",
+        flush=True,
+    )
+    protocol.close()
+    KafkaConnectionManager.DEFAULT_CONFIG["receive_message_max_bytes"] = FETCH_FRAME_BYTES
+    return KafkaProtocol(config)
+
+
 # -- report --------------------------------------------------------------------------
 
 
@@ -467,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         if not servers:
             servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
         config: dict[str, Any] = {"bootstrap.servers": servers}
-        protocol = stack.enter_context(KafkaProtocol(config))
+        protocol = stack.enter_context(open_protocol(config))
         print(
             f"(a) {args.records:,} records x {args.rounds} rounds x {len(SIDES)} sides", flush=True
         )
