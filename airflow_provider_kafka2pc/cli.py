@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .transaction.audit import audit_topic
+from .transaction.batch import PreparedBatch
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
 from .transaction.errors import CommittableError, ConfigurationError, Kafka2pcError
@@ -148,18 +149,20 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _load_committables(source: str) -> list[Committable]:
+    """A committable object, a JSON array of them, or a prepare manifest (PreparedBatch)."""
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as exc:
         raise ConfigurationError(f"committable file {source}: {exc.strerror}") from None
-    stripped = text.strip()
-    if stripped.startswith("["):
-        try:
-            items = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{source}: not valid JSON ({exc.msg})") from None
-        return [Committable.from_dict(item) for item in items]
-    return [Committable.from_json(stripped)]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommittableError(f"{source}: not valid JSON ({exc.msg})") from None
+    if isinstance(data, list):
+        return [Committable.from_dict(item) for item in data]
+    if isinstance(data, dict) and "committables" in data:
+        return list(PreparedBatch.from_json(text).committables)
+    return [Committable.from_dict(data)]
 
 
 def _finish(args: argparse.Namespace, commit: bool) -> int:
@@ -282,7 +285,9 @@ def _parser() -> argparse.ArgumentParser:
         ("abort", lambda a: _finish(a, False), "abort prepared transactions"),
     ):
         sub = command(name, run, text)
-        sub.add_argument("committable", help="committable JSON (object or array) file, or -")
+        sub.add_argument(
+            "committable", help="committable JSON (object, array, or a prepare manifest), or -"
+        )
         sub.add_argument(
             "--deadline-s",
             type=float,

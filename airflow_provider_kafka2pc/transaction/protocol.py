@@ -159,6 +159,8 @@ class KafkaProtocol:
         self._timeout_ms = timeout_ms
         self._kp_config = to_kafka_python(config)
         self._kp_config.setdefault("request_timeout_ms", timeout_ms)
+        # Room for a full fetch answer (kafka-python's default frame limit is 1 MB).
+        self._kp_config.setdefault("receive_message_max_bytes", 2 * _FETCH_MAX_BYTES)
         self._kp_config.setdefault("socket_connection_setup_timeout_ms", min(timeout_ms, 10_000))
         self._client = KafkaNetClient(**self._kp_config)
         self._admin: KafkaAdminClient | None = None

@@ -124,12 +124,14 @@ class TransactionalWriter:
         stats.clear()  # only snapshots taken inside this transaction may name its epoch
         deliveries = _Deliveries()
         try:
-            self._produce_all(producer, topic, first, iterator, deliveries)
+            produced = self._produce_all(producer, topic, first, iterator, deliveries)
             remaining = producer.flush(self._timeout_s)
             if remaining:
                 raise WriteError(f"{remaining} records undelivered after {self._timeout_s} s")
             if deliveries.error is not None:
                 raise WriteError(f"delivery failed: {deliveries.error.str()}")
+            if deliveries.count != produced:
+                raise WriteError(f"{produced} records produced but {deliveries.count} delivered")
             producer_id, epoch = self._producer_identity(producer, stats)
         except BaseException as exc:
             self._abort(producer, exc)
@@ -218,8 +220,10 @@ class TransactionalWriter:
         first: Record,
         rest: Iterable[Record],
         on_delivery: _Deliveries,
-    ) -> None:
+    ) -> int:
+        """Queue every record; returns how many were queued."""
         produce, poll = producer.produce, producer.poll
+        index = -1
         for index, record in enumerate(itertools.chain((first,), rest)):
             headers = record[2] if len(record) > 2 else None
             while True:
@@ -234,6 +238,7 @@ class TransactionalWriter:
                 poll(0)
                 if on_delivery.error is not None:  # stop early; flush re-checks at the end
                     raise WriteError(f"delivery failed: {on_delivery.error.str()}")
+        return index + 1
 
     def _producer_identity(self, producer: Producer, stats: dict[str, Any]) -> tuple[int, int]:
         """Producer id and epoch of the open transaction, from librdkafka's statistics."""

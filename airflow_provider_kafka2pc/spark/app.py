@@ -1,0 +1,157 @@
+"""spark-submit application: read a source, prepare it into Kafka transactions, write the manifest.
+
+    spark-submit .../airflow_provider_kafka2pc/spark/app.py \\
+        --source-table db.orders | --source-path s3a://b/orders --source-format parquet \\
+        | --source-sql "SELECT ..." [--filter "day = '2026-11-21'"] \\
+        --topic orders --transactional-ids run-0,run-1,... \\
+        --kafka-config-file kafka.json --manifest s3a://b/manifests/run.json
+
+Exit 0 only when every partition prepared; the manifest (the PreparedBatch as JSON) is
+written atomically (temporary file, then rename) through Hadoop's FileSystem, so any
+Hadoop-supported URI works. Without a manifest the orchestrator must abort the ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_provider_kafka2pc.spark.prepare import prepare_dataframe
+from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
+from airflow_provider_kafka2pc.transaction.errors import ConfigurationError, Kafka2pcError
+from airflow_provider_kafka2pc.transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
+
+log = logging.getLogger("kafka2pc.spark.app")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="kafka2pc-spark-prepare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--source-table", help="a table name known to the Spark catalog")
+    source.add_argument("--source-path", help="a path or URI, read with --source-format")
+    source.add_argument("--source-sql", help="a SQL query")
+    parser.add_argument(
+        "--source-format",
+        default="parquet",
+        help="format for --source-path (parquet, json, csv, orc, ...)",
+    )
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="reader option for --source-path (e.g. header=true)",
+    )
+    parser.add_argument("--filter", help="a SQL predicate applied to the source")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument(
+        "--transactional-ids", required=True, help="comma-separated; one Spark partition per id"
+    )
+    parser.add_argument("--key-column")
+    parser.add_argument("--value-column")
+    parser.add_argument("--header-column", action="append", default=[], dest="header_columns")
+    parser.add_argument(
+        "--kafka-config-file", help="JSON object of librdkafka settings (keeps secrets off argv)"
+    )
+    parser.add_argument("--bootstrap-servers", help="overrides bootstrap.servers")
+    parser.add_argument(
+        "--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS
+    )
+    parser.add_argument("--run-id")
+    parser.add_argument("--manifest", required=True, help="where to write the PreparedBatch JSON")
+    return parser.parse_args(argv)
+
+
+def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    if args.kafka_config_file:
+        try:
+            config.update(json.loads(Path(args.kafka_config_file).read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigurationError(f"--kafka-config-file: {exc}") from None
+    if args.bootstrap_servers:
+        config["bootstrap.servers"] = args.bootstrap_servers
+    if "bootstrap.servers" not in config:
+        raise ConfigurationError("--bootstrap-servers or bootstrap.servers in the config file")
+    return config
+
+
+def read_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    if args.source_table:
+        df = spark.table(args.source_table)
+    elif args.source_sql:
+        df = spark.sql(args.source_sql)
+    else:
+        options = dict(item.split("=", 1) for item in args.source_option)
+        df = spark.read.format(args.source_format).options(**options).load(args.source_path)
+    return df.where(args.filter) if args.filter else df
+
+
+def write_manifest(spark: SparkSession, uri: str, batch: PreparedBatch) -> None:
+    """Write through Hadoop's FileSystem: temporary file, then rename (atomic on HDFS/local)."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    target = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = target.getFileSystem(conf)
+    temporary = jvm.org.apache.hadoop.fs.Path(uri + ".inprogress")
+    stream = fs.create(temporary, True)
+    try:
+        stream.write(bytearray(batch.to_json().encode()))
+    finally:
+        stream.close()
+    if fs.exists(target):
+        fs.delete(target, False)
+    if not fs.rename(temporary, target):
+        raise Kafka2pcError(f"could not move the manifest into place at {uri}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    args = parse_args(argv)
+    spark = SparkSession.builder.appName(f"kafka2pc-prepare-{args.topic}").getOrCreate()
+    try:
+        batch = prepare_dataframe(
+            read_source(spark, args),
+            topic=args.topic,
+            transactional_ids=[t.strip() for t in args.transactional_ids.split(",") if t.strip()],
+            producer_config=kafka_config(args),
+            key_column=args.key_column,
+            value_column=args.value_column,
+            header_columns=args.header_columns,
+            transaction_timeout_ms=args.transaction_timeout_ms,
+            run_id=args.run_id,
+        )
+        write_manifest(spark, args.manifest, batch)
+    except Kafka2pcError as exc:
+        log.error("%s", exc)
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+        return 2 if isinstance(exc, ConfigurationError) else 1
+    finally:
+        spark.stop()
+    summary = {
+        "run_id": batch.run_id,
+        "manifest": args.manifest,
+        "source_rows": batch.source_rows,
+        "transactions": sum(1 for c in batch.committables if not c.is_empty),
+    }
+    if batch.is_empty:
+        summary["message"] = "source is empty; nothing prepared"
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

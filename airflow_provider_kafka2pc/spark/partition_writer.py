@@ -1,0 +1,116 @@
+"""Executor side: one Spark partition becomes one prepared Kafka transaction.
+
+The function runs inside ``mapInArrow`` on Python workers. Rows arrive as Arrow
+record batches already reduced to binary key/value/header columns by Spark (the
+JSON encoding happens in the JVM), so Python only hands bytes to librdkafka and
+memory stays flat however large the partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ..transaction.errors import WriteError
+from ..transaction.writer import Record, TransactionalWriter
+
+KEY = "__kafka2pc_key"
+VALUE = "__kafka2pc_value"
+HEADER_PREFIX = "__kafka2pc_header_"
+
+#: Called on the executor after each Arrow batch: (partition, attempt, rows so far).
+BatchHook = Callable[[int, int, int], None]
+
+#: What each task returns to the driver: one row per partition.
+RESULT_SCHEMA = "partition INT, attempt INT, input_rows LONG, committable STRING"
+
+
+def partition_writer(
+    transactional_ids: Sequence[str],
+    producer_config: Mapping[str, Any],
+    topic: str,
+    transaction_timeout_ms: int,
+    header_names: Sequence[str],
+    on_batch: BatchHook | None = None,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Build the ``mapInArrow`` function; everything it closes over is picklable."""
+    ids = list(transactional_ids)
+    config = dict(producer_config)
+    headers = list(header_names)
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId()
+        attempt = context.attemptNumber()
+        counter = _Counter()
+        hook = None if on_batch is None else (lambda rows: on_batch(partition, attempt, rows))
+        # A retried task re-initialises the same id: that fences (aborts) the failed
+        # attempt's transaction before this attempt writes anything.
+        writer = TransactionalWriter(
+            config, ids[partition], transaction_timeout_ms=transaction_timeout_ms
+        )
+        committable = writer.write(topic, _records(batches, headers, counter, hook))
+        if committable.record_count != counter.rows:
+            raise WriteError(
+                f"partition {partition}: {counter.rows} rows in, {committable.record_count} "
+                "delivered; the transaction stays open for the orchestrator to abort"
+            )
+        yield pa.RecordBatch.from_pylist(
+            [
+                {
+                    "partition": partition,
+                    "attempt": attempt,
+                    "input_rows": counter.rows,
+                    "committable": committable.to_json(),
+                }
+            ],
+            schema=pa.schema(
+                [
+                    ("partition", pa.int32()),
+                    ("attempt", pa.int32()),
+                    ("input_rows", pa.int64()),
+                    ("committable", pa.string()),
+                ]
+            ),
+        )
+
+    return write_partition
+
+
+class _Counter:
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+
+def _records(
+    batches: Iterator[pa.RecordBatch],
+    header_names: Sequence[str],
+    counter: _Counter,
+    hook: Callable[[int], None] | None,
+) -> Iterator[Record]:
+    for batch in batches:
+        keys = batch.column(KEY).to_pylist()
+        values = batch.column(VALUE).to_pylist()
+        if not header_names:
+            yield from zip(keys, values, strict=True)
+        else:
+            columns = [batch.column(HEADER_PREFIX + name).to_pylist() for name in header_names]
+            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+                yield (
+                    key,
+                    value,
+                    [
+                        (name, col[i])
+                        for name, col in zip(header_names, columns, strict=True)
+                        if col[i] is not None
+                    ],
+                )
+        counter.rows += batch.num_rows
+        if hook is not None:
+            hook(counter.rows)

@@ -1,0 +1,267 @@
+"""Driver side of the prepare phase: a DataFrame becomes one prepared transaction per partition.
+
+Order of work, chosen so that a transaction is open only while its records are written
+(Kafka aborts it when it outlives ``transaction.timeout.ms``):
+
+1. validate everything that can be validated without Kafka transactions (columns,
+   types, ids, topic, speculation);
+2. partition deterministically (a stable hash of the key, or of the whole row) so a
+   recomputed partition holds the same records, encode key/value/headers in the JVM,
+   and materialise it (persist + count), checking for null keys;
+3. run ``mapInArrow``: each partition writes its transaction and reports its committable;
+4. check that every partition reported exactly one committable whose count equals its
+   input count, else fail naming the partitions (the orchestrator aborts the leased ids).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..transaction.batch import PreparedBatch
+from ..transaction.committable import Committable
+from ..transaction.errors import ConfigurationError, Kafka2pcError, ProtocolError
+from ..transaction.naming import validate_transactional_id
+from ..transaction.protocol import KafkaProtocol
+from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
+from .partition_writer import (
+    HEADER_PREFIX,
+    KEY,
+    RESULT_SCHEMA,
+    VALUE,
+    BatchHook,
+    partition_writer,
+)
+
+log = logging.getLogger(__name__)
+
+_ATOMIC_KEY_TYPES = (
+    T.StringType,
+    T.BinaryType,
+    T.IntegralType,
+    T.DecimalType,
+    T.FloatType,
+    T.DoubleType,
+    T.BooleanType,
+    T.DateType,
+    T.TimestampType,
+    T.TimestampNTZType,
+)
+_TEXT_TYPES = (T.StringType, T.BinaryType)
+_PARTITION_BY = "__kafka2pc_partition_by"
+
+
+class PrepareError(Kafka2pcError):
+    """The Spark job did not prepare every partition; abort the run's transactional ids."""
+
+
+def prepare_dataframe(
+    df: DataFrame,
+    *,
+    topic: str,
+    transactional_ids: Sequence[str],
+    producer_config: Mapping[str, Any],
+    key_column: str | None = None,
+    value_column: str | None = None,
+    header_columns: Sequence[str] = (),
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+    run_id: str | None = None,
+    require_keys: bool | None = None,
+    on_batch: BatchHook | None = None,
+) -> PreparedBatch:
+    """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
+
+    :param df: the rows to export.
+    :param topic: an existing Kafka topic.
+    :param transactional_ids: one id per Spark partition (leased by the orchestrator);
+        their number is the number of partitions.
+    :param producer_config: librdkafka settings (``bootstrap.servers``, security, tuning).
+    :param key_column: record key (atomic type, rendered as text; binary as is). Rows are
+        partitioned by its hash; without it, by the hash of the whole row.
+    :param value_column: a string/binary column to send as the value; default: the row as JSON.
+    :param header_columns: string/binary columns sent as headers named after the column.
+    :param require_keys: refuse null keys (default: whenever ``key_column`` is given).
+    :param on_batch: called on the executor after each Arrow batch is queued, with
+        (partition, attempt, rows so far): progress reporting, and fault injection in tests.
+    :return: the prepared batch; its transactions stay open for the commit phase.
+    """
+    ids = [validate_transactional_id(t, "transactional_ids[]") for t in transactional_ids]
+    if not ids:
+        raise ConfigurationError("transactional_ids must name at least one id")
+    if len(set(ids)) != len(ids):
+        raise ConfigurationError("transactional_ids must be distinct")
+    spark = df.sparkSession
+    if spark.conf.get("spark.speculation", "false").lower() == "true":
+        raise ConfigurationError(
+            "spark.speculation is on: two attempts of one partition would fence each "
+            "other's transaction; set spark.speculation=false for the prepare job"
+        )
+    run_id = run_id or uuid.uuid4().hex
+    started = time.time()
+    encoded = _encode(df, key_column, value_column, header_columns)
+    _check_topic(producer_config, topic)
+
+    # Membership must survive recomputation: hash partitioning of the binary key (or of
+    # the row's JSON) is a pure function of the row, unlike round-robin.
+    by = F.col(KEY) if key_column else F.to_json(F.struct(*[F.col(c) for c in df.columns]))
+    prepared = (
+        df.select(*encoded, by.alias(_PARTITION_BY))
+        .repartition(len(ids), F.col(_PARTITION_BY))
+        .drop(_PARTITION_BY)
+    )
+    prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        source_rows = prepared.count()
+        if source_rows == 0:
+            log.warning("run %s: the source is empty; nothing prepared", run_id)
+            return PreparedBatch(
+                run_id,
+                topic,
+                (),
+                0,
+                (),
+                {"empty": True, "message": "source is empty; nothing prepared"},
+            )
+        if require_keys if require_keys is not None else key_column is not None:
+            nulls = prepared.filter(F.col(KEY).isNull()).count()
+            if nulls:
+                raise ConfigurationError(
+                    f"key column {key_column!r} is null in {nulls} rows; keys are required "
+                    "(filter them out, or pass require_keys=False)"
+                )
+        partition_rows = _rows_per_partition(prepared, len(ids))
+        writer = partition_writer(
+            ids, producer_config, topic, transaction_timeout_ms, list(header_columns), on_batch
+        )
+        try:
+            reports = prepared.mapInArrow(writer, RESULT_SCHEMA).collect()
+        except Exception as exc:  # Py4JJavaError / PythonException: the job failed
+            raise PrepareError(
+                f"the prepare job failed ({type(exc).__name__}); some partitions may hold "
+                f"open transactions: abort (fence) this run's ids {ids}"
+            ) from exc
+    finally:
+        prepared.unpersist()
+    committables = _check_reports(reports, ids, partition_rows)
+    batch = PreparedBatch(
+        run_id=run_id,
+        topic=topic,
+        committables=committables,
+        source_rows=source_rows,
+        partition_rows=partition_rows,
+        metadata={
+            "application_id": spark.sparkContext.applicationId,
+            "started_ms": int(started * 1000),
+            "finished_ms": int(time.time() * 1000),
+            "attempts": {str(r["partition"]): r["attempt"] for r in reports},
+        },
+    )
+    if batch.record_count != source_rows:
+        raise PrepareError(f"{source_rows} source rows but {batch.record_count} prepared")
+    log.info("run %s: prepared %d rows in %d transactions", run_id, source_rows, len(ids))
+    return batch
+
+
+def _encode(
+    df: DataFrame,
+    key_column: str | None,
+    value_column: str | None,
+    header_columns: Sequence[str],
+) -> list[Column]:
+    """Key, value and header columns as binary, computed by Spark (not per row in Python)."""
+    fields = {f.name: f.dataType for f in df.schema.fields}
+
+    def field(name: str, role: str) -> T.DataType:
+        if name not in fields:
+            raise ConfigurationError(
+                f"{role} column {name!r} is not in the DataFrame (columns: {sorted(fields)})"
+            )
+        return fields[name]
+
+    if key_column is None:
+        key = F.lit(None).cast("binary")
+    else:
+        key_type = field(key_column, "key")
+        if not isinstance(key_type, _ATOMIC_KEY_TYPES):
+            raise ConfigurationError(
+                f"key column {key_column!r} has unsupported type {key_type.simpleString()}; "
+                "use a string, binary, numeric, boolean, date or timestamp column"
+            )
+        key = _as_binary(F.col(key_column), key_type)
+    if value_column is None:
+        value = F.to_json(F.struct(*[F.col(c) for c in df.columns])).cast("binary")
+    else:
+        value_type = field(value_column, "value")
+        if not isinstance(value_type, _TEXT_TYPES):
+            raise ConfigurationError(
+                f"value column {value_column!r} has unsupported type "
+                f"{value_type.simpleString()}; use a string or binary column, or no "
+                "value_column for the row as JSON"
+            )
+        value = _as_binary(F.col(value_column), value_type)
+    headers = []
+    for name in header_columns:
+        header_type = field(name, "header")
+        if not isinstance(header_type, _TEXT_TYPES):
+            raise ConfigurationError(
+                f"header column {name!r} has unsupported type {header_type.simpleString()}; "
+                "use a string or binary column"
+            )
+        headers.append(_as_binary(F.col(name), header_type).alias(HEADER_PREFIX + name))
+    return [key.alias(KEY), value.alias(VALUE), *headers]
+
+
+def _as_binary(column: Column, data_type: T.DataType) -> Column:
+    return column if isinstance(data_type, T.BinaryType) else column.cast("string").cast("binary")
+
+
+def _check_topic(producer_config: Mapping[str, Any], topic: str) -> None:
+    with KafkaProtocol(producer_config, timeout_ms=30_000) as protocol:
+        try:
+            protocol.partition_leaders(topic)
+        except ProtocolError as exc:
+            raise ConfigurationError(
+                f"topic {topic!r} is not usable at {producer_config.get('bootstrap.servers')}: "
+                f"{exc.error_name}; create it first"
+            ) from None
+
+
+def _rows_per_partition(prepared: DataFrame, partitions: int) -> tuple[int, ...]:
+    counts = dict(prepared.groupBy(F.spark_partition_id().alias("p")).count().collect())
+    return tuple(counts.get(p, 0) for p in range(partitions))
+
+
+def _check_reports(
+    reports: list[Any], ids: Sequence[str], partition_rows: Sequence[int]
+) -> tuple[Committable, ...]:
+    by_partition: dict[int, list[Any]] = {}
+    for report in reports:
+        by_partition.setdefault(report["partition"], []).append(report)
+    problems = []
+    committables = []
+    for partition, tid in enumerate(ids):
+        got = by_partition.get(partition, [])
+        if len(got) != 1:
+            problems.append(f"partition {partition} reported {len(got)} committables")
+            continue
+        committable = Committable.from_dict(json.loads(got[0]["committable"]))
+        if committable.transactional_id != tid:
+            problems.append(f"partition {partition} wrote under {committable.transactional_id}")
+        if not (committable.record_count == got[0]["input_rows"] == partition_rows[partition]):
+            problems.append(
+                f"partition {partition}: {partition_rows[partition]} rows materialised, "
+                f"{got[0]['input_rows']} read, {committable.record_count} delivered"
+            )
+        committables.append(committable)
+    if problems:
+        raise PrepareError("prepare incomplete, abort this run's ids: " + "; ".join(problems))
+    return tuple(committables)

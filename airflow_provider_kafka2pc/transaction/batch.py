@@ -1,0 +1,83 @@
+"""The prepared batch: every participant's committable of one export run, plus its provenance.
+
+It is the manifest the prepare phase hands to the decide phase. It carries no Spark
+types, so the orchestrator reads it without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .committable import Committable
+from .errors import CommittableError
+
+MANIFEST_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """All committables of one run; ``committables[i]`` belongs to Spark partition ``i``."""
+
+    run_id: str
+    topic: str
+    committables: tuple[Committable, ...]
+    source_rows: int
+    partition_rows: tuple[int, ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def record_count(self) -> int:
+        return sum(c.record_count for c in self.committables)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.source_rows == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": MANIFEST_SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "topic": self.topic,
+            "source_rows": self.source_rows,
+            "partition_rows": list(self.partition_rows),
+            "record_count": self.record_count,
+            "committables": [c.to_dict() for c in self.committables],
+            "metadata": self.metadata,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> PreparedBatch:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CommittableError(f"manifest is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA_VERSION:
+            raise CommittableError(f"manifest field 'schema' must be {MANIFEST_SCHEMA_VERSION}")
+        for name in ("run_id", "topic"):
+            if not isinstance(data.get(name), str):
+                raise CommittableError(f"manifest field {name!r} must be a string")
+        rows = data.get("partition_rows")
+        if not isinstance(rows, list) or not all(isinstance(n, int) for n in rows):
+            raise CommittableError("manifest field 'partition_rows' must be a list of integers")
+        committables = data.get("committables")
+        if not isinstance(committables, list):
+            raise CommittableError("manifest field 'committables' must be a list")
+        batch = cls(
+            run_id=data["run_id"],
+            topic=data["topic"],
+            committables=tuple(Committable.from_dict(c) for c in committables),
+            source_rows=int(data.get("source_rows", -1)),
+            partition_rows=tuple(rows),
+            metadata=dict(data.get("metadata") or {}),
+        )
+        if batch.record_count != batch.source_rows:
+            raise CommittableError(
+                f"manifest 'source_rows' ({batch.source_rows}) differs from the committables' "
+                f"record count ({batch.record_count})"
+            )
+        return batch
