@@ -118,8 +118,12 @@ def write_manifest(spark: SparkSession, uri: str, batch: PreparedBatch) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for name in ("airflow_provider_kafka2pc", log.name):
+        logging.getLogger(name).setLevel(logging.INFO)
     args = parse_args(argv)
     spark = SparkSession.builder.appName(f"kafka2pc-prepare-{args.topic}").getOrCreate()
     try:

@@ -100,7 +100,7 @@ def prepare_dataframe(
     if len(set(ids)) != len(ids):
         raise ConfigurationError("transactional_ids must be distinct")
     spark = df.sparkSession
-    if spark.conf.get("spark.speculation", "false").lower() == "true":
+    if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
         raise ConfigurationError(
             "spark.speculation is on: two attempts of one partition would fence each "
             "other's transaction; set spark.speculation=false for the prepare job"

@@ -1,0 +1,134 @@
+"""Spark for the tests: an in-process session, spark-submit, and a standalone cluster.
+
+Every Spark process is started here and stopped by its own PID.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyspark
+
+from airflow_provider_kafka2pc.broker import free_port
+
+SPARK_HOME = Path(pyspark.__file__).parent
+SPARK_SUBMIT = str(SPARK_HOME / "bin" / "spark-submit")
+SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")
+
+#: Python workers must run our venv's interpreter, or they miss our package.
+PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+QUIET_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.pyspark.python": sys.executable,
+}
+
+
+def spark_submit(
+    app: str,
+    args: list[str],
+    master: str,
+    log_path: Path,
+    timeout: float = 600,
+    extra_conf: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    settings = {**QUIET_CONF, **(extra_conf or {})}
+    conf = [item for key, value in settings.items() for item in ("--conf", f"{key}={value}")]
+    with log_path.open("w") as log:
+        return subprocess.run(
+            [SPARK_SUBMIT, "--master", master, *conf, app, *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **PYTHON_ENV},
+        )
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"Spark daemon exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
+
+
+@contextmanager
+def standalone_cluster(workers: int, log_dir: Path) -> Iterator[str]:
+    """A Spark standalone master and ``workers`` one-core workers on loopback."""
+    env = {**os.environ, **PYTHON_ENV, "SPARK_LOCAL_IP": "127.0.0.1"}
+    port = free_port()
+    processes: list[subprocess.Popen] = []
+
+    def daemon(name: str, *args: str) -> subprocess.Popen:
+        log = (log_dir / f"{name}.log").open("w")
+        process = subprocess.Popen(
+            [SPARK_CLASS, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        processes.append(process)
+        return process
+
+    try:
+        master = daemon(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(free_port()),
+        )
+        _wait_for_port(port, master)
+        url = f"spark://127.0.0.1:{port}"
+        for i in range(workers):
+            daemon(
+                f"worker-{i}",
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+            )
+        _wait_for_workers(log_dir / "master.log", workers)
+        yield url
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def _wait_for_workers(master_log: Path, count: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if master_log.read_text().count("Registering worker") >= count:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"{count} workers did not register within {timeout} s")

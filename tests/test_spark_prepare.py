@@ -1,0 +1,367 @@
+"""Spark prepare: every Spark partition becomes one prepared transaction, committed elsewhere.
+
+Real Spark (an in-process local session, spark-submit, a standalone cluster), the real
+broker, and the outcome counted from the log's markers after each injected fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import SparkSession
+
+from airflow_provider_kafka2pc.spark import APPLICATION, PrepareError, prepare_dataframe
+from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
+from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+from airflow_provider_kafka2pc.transaction.errors import ConfigurationError
+
+from .conftest import audit, cli, unique_id
+from .spark_support import PYTHON_ENV, QUIET_CONF, spark_submit, standalone_cluster
+
+ROWS = 20_000
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    os.environ.update(PYTHON_ENV)
+    builder = SparkSession.builder.master("local[2,4]")  # 2 cores, up to 4 attempts a task
+    for key, value in QUIET_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000").getOrCreate()
+    yield session
+    session.stop()
+
+
+def ids(count: int) -> list[str]:
+    run = unique_id("run")
+    return [f"{run}-{i}" for i in range(count)]
+
+
+def source(spark: SparkSession, rows: int = ROWS):
+    return spark.range(rows).selectExpr(
+        "id", "concat('customer-', id % 977) AS customer", "CAST(id * 1.5 AS DOUBLE) AS amount"
+    )
+
+
+def commit_all(protocol, batch: PreparedBatch) -> list[Outcome]:
+    controller = TransactionController(protocol)
+    return [controller.commit(c).outcome for c in batch.committables]
+
+
+def assert_exactly_once(report, rows: int) -> None:
+    assert report.totals["committed"] == rows, report.to_dict()
+    assert report.totals["open"] == 0, report.to_dict()
+    assert report.duplicates["extra_copies"] == 0, report.duplicates
+    assert report.duplicates["committed_keys"] == rows
+
+
+def test_every_partition_prepares_one_transaction(spark, settings, protocol, make_topic):
+    topic = make_topic(4)
+    leased = ids(8)
+    batch = prepare_dataframe(
+        source(spark),
+        topic=topic,
+        transactional_ids=leased,
+        producer_config=settings,
+        key_column="id",
+    )
+    assert [c.transactional_id for c in batch.committables] == leased
+    assert batch.source_rows == batch.record_count == ROWS
+    assert [c.record_count for c in batch.committables] == list(batch.partition_rows)
+    assert all(c.start_time_ms >= batch.metadata["started_ms"] for c in batch.committables)
+    assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
+
+    assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
+    assert_exactly_once(audit(protocol, topic, *batch.committables), ROWS)
+
+
+def test_membership_is_stable_across_recomputation(spark, settings, protocol, make_topic):
+    """A recomputed partition holds the same records: the re-write of a lost one relies on it."""
+    topic = make_topic(2)
+    first = prepare_dataframe(
+        source(spark),
+        topic=topic,
+        transactional_ids=ids(6),
+        producer_config=settings,
+        key_column="id",
+    )
+    again = prepare_dataframe(
+        source(spark).orderBy("amount"),
+        topic=topic,
+        transactional_ids=ids(6),
+        producer_config=settings,
+        key_column="id",
+    )
+    assert first.partition_rows == again.partition_rows
+    keyless = [
+        prepare_dataframe(
+            source(spark, 5000), topic=topic, transactional_ids=ids(3), producer_config=settings
+        ).partition_rows
+        for _ in range(2)
+    ]
+    assert keyless[0] == keyless[1]
+    controller = TransactionController(protocol)
+    for batch in (first, again):
+        assert {controller.abort(c).outcome for c in batch.committables} == {Outcome.ABORTED}
+
+
+def test_value_and_header_columns(spark, settings, bootstrap, make_topic):
+    topic = make_topic(1)
+    df = spark.createDataFrame(
+        [(1, "payload-1", "tenant-a"), (2, "payload-2", None)], "id INT, body STRING, tenant STRING"
+    )
+    batch = prepare_dataframe(
+        df,
+        topic=topic,
+        transactional_ids=ids(1),
+        producer_config=settings,
+        key_column="id",
+        value_column="body",
+        header_columns=["tenant"],
+    )
+    with_json = prepare_dataframe(
+        df.select("id", "tenant"),
+        topic=topic,
+        transactional_ids=ids(1),
+        producer_config=settings,
+        key_column="id",
+    )
+    with_protocol_commit(settings, batch, with_json)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": unique_id(), "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    deadline = time.monotonic() + 30
+    while len(messages) < 4 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            messages.append(message)
+    consumer.close()
+    seen = {(m.key(), m.value(), tuple(m.headers() or ())) for m in messages}
+    assert seen == {
+        (b"1", b"payload-1", (("tenant", b"tenant-a"),)),
+        (b"2", b"payload-2", ()),
+        (b"1", b'{"id":1,"tenant":"tenant-a"}', ()),
+        (b"2", b'{"id":2}', ()),
+    }
+
+
+def with_protocol_commit(settings, *batches: PreparedBatch) -> None:
+    from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+
+    with KafkaProtocol(settings) as protocol:
+        for batch in batches:
+            assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
+
+
+def test_task_killed_mid_write_is_retried_and_still_exactly_once(
+    spark, settings, protocol, make_topic
+):
+    topic = make_topic(3)
+
+    def kill_first_attempt(partition: int, attempt: int, rows: int) -> None:
+        if partition == 1 and attempt == 0 and rows >= 2000:
+            time.sleep(1)  # let librdkafka deliver what it holds: the log then has it open
+            os._exit(1)  # the Python worker dies mid-transaction
+
+    batch = prepare_dataframe(
+        source(spark),
+        topic=topic,
+        transactional_ids=ids(4),
+        producer_config=settings,
+        key_column="id",
+        on_batch=kill_first_attempt,
+    )
+    assert batch.metadata["attempts"]["1"] >= 1
+    assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
+    report = audit(protocol, topic, *batch.committables)
+    assert_exactly_once(report, ROWS)
+    assert report.totals["aborted"] >= 1000  # the killed attempt's records, fenced by the retry
+
+
+def test_failed_job_then_abort_of_every_leased_id(spark, settings, protocol, make_topic):
+    topic = make_topic(3)
+    leased = ids(4)
+
+    def partition_3_always_fails(partition: int, attempt: int, rows: int) -> None:
+        if partition == 3:
+            raise RuntimeError("injected: partition 3 cannot be written")
+
+    with pytest.raises(PrepareError, match="abort \\(fence\\) this run's ids"):
+        prepare_dataframe(
+            source(spark),
+            topic=topic,
+            transactional_ids=leased,
+            producer_config=settings,
+            key_column="id",
+            on_batch=partition_3_always_fails,
+        )
+    assert audit(protocol, topic).totals["open"] > 0  # some partitions had prepared
+    controller = TransactionController(protocol)
+    for tid in leased:
+        controller.fence(tid)
+    report = audit(protocol, topic)
+    assert (report.totals["committed"], report.totals["open"]) == (0, 0), report.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"key_column": "nope"}, "key column 'nope' is not in the DataFrame"),
+        ({"key_column": "tags"}, "key column 'tags' has unsupported type map"),
+        ({"key_column": "id", "value_column": "id"}, "value column 'id' has unsupported type"),
+        ({"key_column": "id", "header_columns": ["amount"]}, "header column 'amount'"),
+        ({"key_column": "maybe"}, "key column 'maybe' is null in 1 rows"),
+        ({"key_column": "id", "transactional_ids": []}, "at least one id"),
+        ({"key_column": "id", "transactional_ids": ["a", "a"]}, "distinct"),
+        ({"key_column": "id", "transactional_ids": ["bad id"]}, "transactional_ids"),
+    ],
+)
+def test_bad_input_is_named_and_leaves_nothing_open(
+    spark, settings, protocol, topic, kwargs, message
+):
+    df = spark.createDataFrame(
+        [(1, {"a": "b"}, 2.5, "x"), (2, {}, 1.0, None)],
+        "id INT, tags MAP<STRING,STRING>, amount DOUBLE, maybe STRING",
+    )
+    arguments = {"topic": topic, "transactional_ids": ids(2), "producer_config": settings, **kwargs}
+    with pytest.raises(ConfigurationError, match=message):
+        prepare_dataframe(df, **arguments)
+    totals = audit(protocol, topic).totals
+    assert totals == {"committed": 0, "aborted": 0, "open": 0, "non_transactional": 0}
+
+
+def test_missing_topic_is_refused_before_any_transaction(spark, settings):
+    with pytest.raises(ConfigurationError, match="create it first"):
+        prepare_dataframe(
+            source(spark, 10),
+            topic="no-such-topic",
+            transactional_ids=ids(2),
+            producer_config=settings,
+            key_column="id",
+        )
+
+
+def test_empty_source_prepares_nothing_and_says_so(spark, settings, protocol, topic):
+    batch = prepare_dataframe(
+        source(spark).where("id < 0"),
+        topic=topic,
+        transactional_ids=ids(2),
+        producer_config=settings,
+        key_column="id",
+    )
+    assert batch.is_empty and batch.committables == ()
+    assert batch.metadata["message"] == "source is empty; nothing prepared"
+    assert audit(protocol, topic).totals["open"] == 0
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+def write_parquet(path: Path, rows: int) -> Path:
+    table = pa.table(
+        {
+            "id": list(range(rows)),
+            "name": [f"n{i}" for i in range(rows)],
+            "day": ["2026-11-21" if i % 4 else "2026-11-22" for i in range(rows)],
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def submit_prepare(
+    master: str, bootstrap: str, topic: str, tmp_path: Path, leased: list[str], *extra: str
+) -> tuple[int, Path, str]:
+    source_path = write_parquet(tmp_path / "source.parquet", ROWS)
+    manifest = tmp_path / "manifest.json"
+    done = spark_submit(
+        APPLICATION,
+        [
+            "--source-path",
+            str(source_path),
+            "--source-format",
+            "parquet",
+            "--topic",
+            topic,
+            "--transactional-ids",
+            ",".join(leased),
+            "--key-column",
+            "id",
+            "--bootstrap-servers",
+            bootstrap,
+            "--manifest",
+            str(manifest),
+            *extra,
+        ],
+        master=master,
+        log_path=tmp_path / "spark-submit.log",
+    )
+    return done.returncode, manifest, done.stdout
+
+
+def test_spark_submit_local_then_commit_from_another_process(
+    bootstrap, protocol, make_topic, tmp_path
+):
+    topic = make_topic(4)
+    code, manifest, stdout = submit_prepare("local[2]", bootstrap, topic, tmp_path, ids(4))
+    assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
+    assert last_json(stdout)["source_rows"] == ROWS
+    batch = PreparedBatch.from_json(manifest.read_text())
+    # The application and its Python workers are gone; the transactions are not.
+    assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
+
+    done = cli("commit", "-b", bootstrap, str(manifest))
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcomes = {r["outcome"] for r in json.loads(done.stdout)["results"]}
+    assert outcomes == {"COMMITTED"}
+    assert_exactly_once(audit(protocol, topic, *batch.committables), ROWS)
+
+
+def test_spark_submit_refuses_speculation(bootstrap, topic, tmp_path):
+    source_path = write_parquet(tmp_path / "source.parquet", 100)
+    manifest = tmp_path / "manifest.json"
+    done = spark_submit(
+        APPLICATION,
+        [
+            "--source-path",
+            str(source_path),
+            "--topic",
+            topic,
+            "--transactional-ids",
+            "a,b",
+            "--bootstrap-servers",
+            bootstrap,
+            "--manifest",
+            str(manifest),
+        ],
+        master="local[2]",
+        log_path=tmp_path / "submit.log",
+        extra_conf={"spark.speculation": "true"},
+    )
+    assert done.returncode == 2
+    assert "spark.speculation" in last_json(done.stdout)["message"]
+    assert not manifest.exists()
+
+
+def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path):
+    topic = make_topic(4)
+    with standalone_cluster(workers=2, log_dir=tmp_path) as master:
+        code, manifest, _ = submit_prepare(
+            master, bootstrap, topic, tmp_path, ids(6), "--filter", "day = '2026-11-21'"
+        )
+    assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
+    batch = PreparedBatch.from_json(manifest.read_text())
+    expected = sum(1 for i in range(ROWS) if i % 4)
+    assert batch.source_rows == expected
+    assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
+    assert_exactly_once(audit(protocol, topic, *batch.committables), expected)
