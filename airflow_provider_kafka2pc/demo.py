@@ -1,9 +1,12 @@
-"""``make demo``: one export run as a two-phase commit on the embedded broker, proved from the log.
+"""``make demo``: export runs as two-phase commits on the embedded default, proved from the log.
 
-Every phase runs in its own process, as it will under Airflow: participants prepare
-and exit, a decision is taken from their committables, a different process commits,
-and the log's transaction markers are counted. Then the two faults that matter: a
-repeated commit, and a participant fenced before the verdict (the run aborts).
+The prepare phase is the packaged spark-submit application on Spark ``local[2]``: every
+Spark partition writes its rows into its own Kafka transaction and the application
+exits, leaving them open. A decision is taken from the manifest (every participant
+prepared its full share, is still open, far from its timeout); a different process
+commits. Then the faults that matter: a repeated commit, and a second run in which one
+participant is fenced before the decision (verdict ABORT). Every count comes from the
+log's commit/abort markers, applied by our audit.
 """
 
 from __future__ import annotations
@@ -16,20 +19,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from .broker import EmbeddedBroker
+from .spark.submit import submit_prepare
 from .transaction.audit import audit_topic
-from .transaction.committable import Committable
+from .transaction.batch import PreparedBatch
 from .transaction.protocol import KafkaProtocol
 
 TOPIC = "exports"
 ROWS = 20_000
 PARTICIPANTS = 4
+#: A verdict of COMMIT needs this much time left before the transaction timeout.
+SAFETY_MARGIN_MS = 60_000
 
 
-def kafka2pc(*args: str, stdin: str | None = None) -> tuple[int, Any]:
+def kafka2pc(*args: str) -> tuple[int, Any]:
+    """The CLI in its own process, as a commit task would run it."""
     done = subprocess.run(
         [sys.executable, "-m", "airflow_provider_kafka2pc.cli", *args],
-        input=stdin,
         capture_output=True,
         text=True,
         timeout=300,
@@ -37,49 +46,63 @@ def kafka2pc(*args: str, stdin: str | None = None) -> tuple[int, Any]:
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else done.stderr
 
 
-def prepare_run(bootstrap: str, workdir: Path, run: str, start: int) -> list[Committable]:
-    """Each participant writes its share in its own process, which then exits."""
-    committables = []
-    for index in range(PARTICIPANTS):
-        share = workdir / f"{run}-{index}.jsonl"
-        rows = range(start + index, start + ROWS, PARTICIPANTS)
-        share.write_text("".join(json.dumps({"id": i, "amount": i % 97}) + "\n" for i in rows))
-        code, out = kafka2pc(
-            "prepare",
-            "-b",
-            bootstrap,
-            "-t",
+def write_source(path: Path, start: int) -> Path:
+    ids = range(start, start + ROWS)
+    pq.write_table(
+        pa.table(
+            {
+                "id": list(ids),
+                "customer": [f"customer-{i % 977}" for i in ids],
+                "amount": [round(i * 1.25, 2) for i in ids],
+            }
+        ),
+        path,
+    )
+    return path
+
+
+def prepare(bootstrap: str, workdir: Path, run: str, start: int) -> PreparedBatch:
+    manifest = workdir / f"{run}.manifest.json"
+    done = submit_prepare(
+        [
+            "--source-path",
+            str(write_source(workdir / f"{run}.parquet", start)),
+            "--topic",
             TOPIC,
-            "--transactional-id",
-            f"demo-{run}-{index}",
-            "--input",
-            str(share),
-            "--key-field",
+            "--key-column",
             "id",
-        )
-        if code != 0:
-            raise SystemExit(f"prepare failed: {out}")
-        committables.append(Committable.from_dict(out))
-    return committables
+            "--bootstrap-servers",
+            bootstrap,
+            "--transactional-ids",
+            ",".join(f"demo-{run}-{i}" for i in range(PARTICIPANTS)),
+            "--run-id",
+            run,
+            "--manifest",
+            str(manifest),
+        ],
+        log_path=workdir / f"{run}.spark.log",
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"spark-submit failed; see {workdir / f'{run}.spark.log'}")
+    return PreparedBatch.from_json(manifest.read_text())
 
 
-def decide(committables: list[Committable], protocol: KafkaProtocol) -> str:
+def decide(batch: PreparedBatch, protocol: KafkaProtocol) -> str:
     """COMMIT only if every participant prepared its full share and is still open."""
-    views = audit_topic(protocol, TOPIC, committables).committables
+    views = audit_topic(protocol, TOPIC, batch.committables).committables
     now_ms = int(time.time() * 1000)
-    ready = all(
-        v["state"] == "OPEN"
-        and v["complete"]
-        and c.record_count == ROWS // PARTICIPANTS
-        and c.deadline_ms - now_ms > 60_000
-        for c, v in zip(committables, views, strict=True)
+    ready = batch.source_rows == ROWS and all(
+        view["state"] == "OPEN"
+        and view["complete"]
+        and c.record_count == rows
+        and c.deadline_ms - now_ms > SAFETY_MARGIN_MS
+        for c, view, rows in zip(batch.committables, views, batch.partition_rows, strict=True)
     )
     return "COMMIT" if ready else "ABORT"
 
 
-def finish(bootstrap: str, verdict: str, committables: list[Committable]) -> list[str]:
-    payload = json.dumps([c.to_dict() for c in committables])
-    _, out = kafka2pc(verdict.lower(), "-b", bootstrap, "-", stdin=payload)
+def finish(bootstrap: str, verdict: str, manifest: Path) -> list[str]:
+    _, out = kafka2pc(verdict.lower(), "-b", bootstrap, str(manifest))
     return [r["outcome"] for r in out["results"]]
 
 
@@ -88,45 +111,51 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         bootstrap, workdir = broker.bootstrap_servers, Path(tmp)
         kafka2pc("topic", "create", "-b", bootstrap, "-t", TOPIC, "--partitions", "6")
-        print(f"embedded broker at {bootstrap}; topic {TOPIC!r}, 6 partitions")
+        print(f"embedded broker at {bootstrap}; topic {TOPIC!r} with 6 partitions")
         with KafkaProtocol({"bootstrap.servers": bootstrap}) as protocol:
-            # Run 1: every participant prepares, the verdict is COMMIT.
-            run1 = prepare_run(bootstrap, workdir, "run1", 0)
-            verdict = decide(run1, protocol)
-            outcomes = finish(bootstrap, verdict, run1)
+            run1 = prepare(bootstrap, workdir, "run1", 0)
             print(
-                f"run1: {PARTICIPANTS} participants prepared {ROWS} rows; verdict {verdict}; "
-                f"commit from another process: {outcomes}"
+                f"run1: spark-submit (local[2]) prepared {run1.source_rows} rows in "
+                f"{len(run1.committables)} transactions {list(run1.partition_rows)}; "
+                "the application has exited"
             )
+            verdict = decide(run1, protocol)
+            outcomes = finish(bootstrap, verdict, workdir / "run1.manifest.json")
+            print(f"run1: verdict {verdict}; commit from another process: {outcomes}")
             checks.append(
                 (
                     "run1 verdict COMMIT, every participant COMMITTED",
                     verdict == "COMMIT" and set(outcomes) == {"COMMITTED"},
                 )
             )
-            again = finish(bootstrap, "COMMIT", run1)
+            again = finish(bootstrap, "COMMIT", workdir / "run1.manifest.json")
+            print(f"run1: commit repeated: {again}")
             checks.append(
-                ("repeated commit answers ALREADY_COMMITTED", set(again) == {"ALREADY_COMMITTED"})
+                (
+                    "repeated commit answers ALREADY_COMMITTED, writes nothing",
+                    set(again) == {"ALREADY_COMMITTED"},
+                )
             )
 
-            # Run 2: one participant is fenced after preparing (as a timeout would);
-            # the decision sees it and the whole run aborts.
-            run2 = prepare_run(bootstrap, workdir, "run2", ROWS)
-            kafka2pc("fence", "-b", bootstrap, "--transactional-id", run2[1].transactional_id)
+            run2 = prepare(bootstrap, workdir, "run2", ROWS)
+            fenced = run2.committables[1].transactional_id
+            kafka2pc("fence", "-b", bootstrap, "--transactional-id", fenced)
             verdict2 = decide(run2, protocol)
-            outcomes2 = finish(bootstrap, verdict2, run2)
+            outcomes2 = finish(bootstrap, verdict2, workdir / "run2.manifest.json")
             print(
-                f"run2: participant 1 fenced before the decision; verdict {verdict2}; "
-                f"abort: {outcomes2}"
+                f"run2: {fenced} fenced after prepare (as a timeout would); "
+                f"verdict {verdict2}; abort: {outcomes2}"
             )
             checks.append(
                 (
-                    "run2 verdict ABORT, nothing of it visible",
+                    "run2 verdict ABORT, all of it aborted",
                     verdict2 == "ABORT" and set(outcomes2) <= {"ABORTED", "ALREADY_ABORTED"},
                 )
             )
 
-            report = audit_topic(protocol, TOPIC, run1 + run2, duplicates=True)
+            report = audit_topic(
+                protocol, TOPIC, run1.committables + run2.committables, duplicates=True
+            )
         totals, dupes = report.totals, report.duplicates or {}
         print(
             f"log audit (markers applied by us): {json.dumps(totals)}; "
@@ -134,7 +163,7 @@ def main() -> int:
         )
         checks += [
             (
-                f"exactly {ROWS} records committed (run1), once each",
+                f"exactly {ROWS} records committed (run1), each once",
                 totals["committed"] == ROWS
                 and dupes.get("extra_copies") == 0
                 and dupes.get("committed_keys") == ROWS,

@@ -17,40 +17,13 @@ from pathlib import Path
 import pyspark
 
 from airflow_provider_kafka2pc.broker import free_port
+from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF
 
-SPARK_HOME = Path(pyspark.__file__).parent
-SPARK_SUBMIT = str(SPARK_HOME / "bin" / "spark-submit")
-SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")
+SPARK_CLASS = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 
 #: Python workers must run our venv's interpreter, or they miss our package.
 PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-QUIET_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.pyspark.python": sys.executable,
-}
-
-
-def spark_submit(
-    app: str,
-    args: list[str],
-    master: str,
-    log_path: Path,
-    timeout: float = 600,
-    extra_conf: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess:
-    settings = {**QUIET_CONF, **(extra_conf or {})}
-    conf = [item for key, value in settings.items() for item in ("--conf", f"{key}={value}")]
-    with log_path.open("w") as log:
-        return subprocess.run(
-            [SPARK_SUBMIT, "--master", master, *conf, app, *args],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, **PYTHON_ENV},
-        )
+QUIET_CONF = DEFAULT_CONF
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 90) -> None:

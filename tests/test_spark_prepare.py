@@ -17,13 +17,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
-from airflow_provider_kafka2pc.spark import APPLICATION, PrepareError, prepare_dataframe
+from airflow_provider_kafka2pc.spark import PrepareError, prepare_dataframe
+from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
 from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.errors import ConfigurationError
 
 from .conftest import audit, cli, unique_id
-from .spark_support import PYTHON_ENV, QUIET_CONF, spark_submit, standalone_cluster
+from .spark_support import PYTHON_ENV, QUIET_CONF, standalone_cluster
 
 ROWS = 20_000
 
@@ -284,8 +285,7 @@ def submit_prepare(
 ) -> tuple[int, Path, str]:
     source_path = write_parquet(tmp_path / "source.parquet", ROWS)
     manifest = tmp_path / "manifest.json"
-    done = spark_submit(
-        APPLICATION,
+    done = spark_submit_prepare(
         [
             "--source-path",
             str(source_path),
@@ -330,8 +330,7 @@ def test_spark_submit_local_then_commit_from_another_process(
 def test_spark_submit_refuses_speculation(bootstrap, topic, tmp_path):
     source_path = write_parquet(tmp_path / "source.parquet", 100)
     manifest = tmp_path / "manifest.json"
-    done = spark_submit(
-        APPLICATION,
+    done = spark_submit_prepare(
         [
             "--source-path",
             str(source_path),
@@ -346,7 +345,7 @@ def test_spark_submit_refuses_speculation(bootstrap, topic, tmp_path):
         ],
         master="local[2]",
         log_path=tmp_path / "submit.log",
-        extra_conf={"spark.speculation": "true"},
+        conf={"spark.speculation": "true"},
     )
     assert done.returncode == 2
     assert "spark.speculation" in last_json(done.stdout)["message"]
