@@ -42,7 +42,7 @@ from confluent_kafka import KafkaError, Producer
 from kafka.net.manager import KafkaConnectionManager
 
 from airflow_provider_kafka2pc.broker import EmbeddedBroker
-from airflow_provider_kafka2pc.transaction.audit import COMMITTED, audit_topic
+from airflow_provider_kafka2pc.transaction.audit import COMMITTED, AuditReport, audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import (
@@ -64,6 +64,7 @@ WRITER_RATIO_TARGET = 0.85
 COMMIT_TARGET_S = 2.0  # for 100 commits; scaled to --committables
 FLUSH_TIMEOUT_S = 120.0
 FIXED_COST_SAMPLES = 3
+AUDIT_ATTEMPTS = 3
 
 
 # -- (a) writer throughput -----------------------------------------------------
@@ -163,6 +164,7 @@ class ThroughputResult:
     committed: int = 0
     aborted: int = 0
     open: int = 0
+    reaudited: int = 0  # topics whose first audit disagreed with the committables
     commit_seconds: float = 0.0
 
 
@@ -234,11 +236,41 @@ def bench_throughput(
 
     for topic in writer_topics:
         mine = [c for c in prepared if c.partitions and c.partitions[0].topic == topic]
-        totals = audit_topic(protocol, topic, mine).totals
+        report, attempts = audit_rechecked(protocol, topic, mine)
+        result.reaudited += attempts > 1
+        totals = report.totals
         result.committed += totals["committed"]
         result.aborted += totals["aborted"]
         result.open += totals["open"]
     return result
+
+
+def audit_rechecked(
+    protocol: KafkaProtocol, topic: str, committables: Sequence[Committable]
+) -> tuple[AuditReport, int]:
+    """Audit ``topic``; on a mismatch print where, and audit again to tell a misread of the
+    log from a real loss. Returns the last report and the number of audits made."""
+    expected = sum(c.record_count for c in committables)
+    held: dict[int, int] = {}  # partition -> records the committables put there
+    last: dict[int, int] = {}  # partition -> their highest offset
+    for part in (p for c in committables for p in c.partitions if p.topic == topic):
+        held[part.partition] = held.get(part.partition, 0) + part.record_count
+        last[part.partition] = max(last.get(part.partition, -1), part.last_offset)
+    for attempt in range(1, AUDIT_ATTEMPTS + 1):
+        report = audit_topic(protocol, topic, committables)
+        totals = report.totals
+        if totals["committed"] == expected and totals["open"] == totals["aborted"] == 0:
+            break
+        print(f"  audit {attempt} of {topic}: {totals}, expected {expected:,} committed")
+        for partition, seen in sorted(report.partitions.items()):
+            print(
+                f"    partition {partition}: committables hold {held.get(partition, 0):,} "
+                f"up to offset {last.get(partition, -1):,}; read committed {seen.committed:,}, "
+                f"open {seen.open:,}, aborted {seen.aborted:,}, up to offset {seen.end_offset:,}"
+            )
+        if attempt < AUDIT_ATTEMPTS:
+            time.sleep(1)
+    return report, attempt
 
 
 # -- (b) commit cost ---------------------------------------------------------------
@@ -329,6 +361,7 @@ class CommitResult:
     prepare_seconds: float
     audited_committed: int
     audited_records: int
+    audits: int
 
 
 def prepare_one(config: dict[str, Any], topic: str, index: int, per_txn: int) -> Committable:
@@ -374,7 +407,7 @@ def bench_commits(
             with contextlib.suppress(Exception):
                 TransactionController(protocol).abort(committable)
 
-    report = audit_topic(protocol, topic, prepared)
+    report, attempts = audit_rechecked(protocol, topic, prepared)
     return CommitResult(
         per_commit=per_commit,
         calls=counting.calls,
@@ -383,6 +416,7 @@ def bench_commits(
         prepare_seconds=prepare_seconds,
         audited_committed=sum(1 for v in report.committables if v["state"] == COMMITTED),
         audited_records=report.totals["committed"],
+        audits=attempts,
     )
 
 
@@ -466,6 +500,8 @@ def print_report(
         f"open {tp.open:,}) -> {'OK' if lost_ok else 'RECORDS LOST'}; "
         f"commit of the writer's transactions {tp.commit_seconds:.2f} s"
     )
+    if tp.reaudited:
+        print(f"  re-audited: {tp.reaudited} topic(s) whose first audit disagreed (see above)")
     print(
         f"  {'fixed cost, 1-record call':<28}{'median ms':>14}   "
         + "; ".join(
@@ -503,6 +539,7 @@ def print_report(
     print(
         f"  audit: {cm.audited_committed}/{count} committables COMMITTED, "
         f"{cm.audited_records:,} records -> {'OK' if commits_ok else 'FAILED'}"
+        + (f" (after {cm.audits} audits, see above)" if cm.audits > 1 else "")
     )
 
     print(

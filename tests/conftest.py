@@ -79,6 +79,23 @@ def cli(*args: str, stdin: str | None = None, timeout: float = 120) -> subproces
     )
 
 
+def cli_prepare(bootstrap: str, topic: str, tid: str, source: Path) -> subprocess.CompletedProcess:
+    """`kafka2pc prepare` keyed by the rows' ``id`` field, in its own process."""
+    return cli(
+        "prepare",
+        "-b",
+        bootstrap,
+        "-t",
+        topic,
+        "--transactional-id",
+        tid,
+        "--input",
+        str(source),
+        "--key-field",
+        "id",
+    )
+
+
 def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
     path.write_text(
         "".join(f'{{"id": {i}, "payload": "row-{i}"}}\n' for i in range(start, start + count))

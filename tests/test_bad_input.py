@@ -19,7 +19,7 @@ from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.settings import redact, to_kafka_python
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
-from .conftest import audit, cli, unique_id, write_jsonl
+from .conftest import audit, cli, cli_prepare, unique_id, write_jsonl
 from .scripted import ScriptedBroker
 
 DEAD = "127.0.0.1:1"  # nothing listens on port 1
@@ -71,19 +71,7 @@ def test_cli_bad_line_aborts_the_prepare(bootstrap, protocol, topic, tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", 300)
     with source.open("a") as out:
         out.write('{"payload": "no id here"}\n')
-    done = cli(
-        "prepare",
-        "-b",
-        bootstrap,
-        "-t",
-        topic,
-        "--transactional-id",
-        unique_id(),
-        "--input",
-        str(source),
-        "--key-field",
-        "id",
-    )
+    done = cli_prepare(bootstrap, topic, unique_id(), source)
     assert done.returncode == 2
     assert "line 301" in json.loads(done.stdout)["message"]
     report = audit(protocol, topic)

@@ -14,7 +14,7 @@ from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
-from .conftest import audit, cli, unique_id, write_jsonl
+from .conftest import audit, cli, cli_prepare, unique_id, write_jsonl
 
 N = 500
 
@@ -24,19 +24,7 @@ def prepare_in_child(
 ) -> Committable:
     """`kafka2pc prepare` in a child process that exits before we go on."""
     source = write_jsonl(tmp_path / f"{tid}.jsonl", n)
-    done = cli(
-        "prepare",
-        "-b",
-        bootstrap,
-        "-t",
-        topic,
-        "--transactional-id",
-        tid,
-        "--input",
-        str(source),
-        "--key-field",
-        "id",
-    )
+    done = cli_prepare(bootstrap, topic, tid, source)
     assert done.returncode == 0, done.stderr
     return Committable.from_json(done.stdout)
 
