@@ -20,6 +20,7 @@ from airflow_provider_kafka2pc.transaction.protocol import (
     ConnectionLostError,
     ControlType,
     ErrorCode,
+    FetchAnswer,
     InitProducerIdAnswer,
     LogBatch,
 )
@@ -70,6 +71,7 @@ class ScriptedBroker:
         self.logs: dict[tuple[str, int], list[LogBatch]] = defaultdict(list)
         self.txns: dict[str, Committable] = {}
         self.calls: list[tuple] = []
+        self.empty_answers = 0
 
     # -- building the log ---------------------------------------------------
 
@@ -161,9 +163,14 @@ class ScriptedBroker:
         *,
         max_wait_ms: int,
         with_keys: bool = False,
-    ) -> tuple[int, list[LogBatch]]:
+    ) -> FetchAnswer:
         self.calls.append(("fetch", topic, partition, offset))
-        return ErrorCode.NONE, [b for b in self.logs[(topic, partition)] if b.last_offset >= offset]
+        log = self.logs[(topic, partition)]
+        end = log[-1].last_offset + 1 if log else 0
+        if self.empty_answers and offset < end:
+            self.empty_answers -= 1  # a loaded broker's empty answer in the middle of the log
+            return FetchAnswer(ErrorCode.NONE, end, [])
+        return FetchAnswer(ErrorCode.NONE, end, [b for b in log if b.last_offset >= offset])
 
     def close(self) -> None:
         pass

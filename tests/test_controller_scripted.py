@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import TRANSACTION_VERSION_KIP890
 from airflow_provider_kafka2pc.transaction.controller import (
     END_TXN_ACTIONS,
@@ -226,3 +227,21 @@ def test_fenced_and_invalid_state_never_read_as_committed():
         assert classify_end_txn(code) is Action.RESOLVE_FROM_LOG
     assert classify_end_txn(12345) is Action.FATAL
     assert {a for a in END_TXN_ACTIONS.values()} <= set(Action)
+
+
+def test_an_empty_answer_below_the_high_watermark_is_not_the_end():
+    broker = ScriptedBroker()
+    committable = broker.prepare(records=10, partitions=2)
+    broker.write_marker("tx-1", COMMIT)
+    broker.empty_answers = 3
+    report = audit_topic(broker, "topic", [committable])
+    assert report.totals == {"committed": 20, "aborted": 0, "open": 0, "non_transactional": 0}
+    assert broker.empty_answers == 0
+
+
+def test_endless_empty_answers_below_the_high_watermark_fail_loudly():
+    broker = ScriptedBroker()
+    broker.prepare()
+    broker.empty_answers = 1000
+    with pytest.raises(ProtocolError, match="empty answers below the high watermark"):
+        audit_topic(broker, "topic")

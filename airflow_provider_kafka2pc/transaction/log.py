@@ -14,9 +14,10 @@ from .committable import Committable, PartitionRange
 from .errors import ProtocolError
 from .protocol import ControlType, ErrorCode, LogBatch, TransactionProtocol, error_name
 
-#: A fetch at the log end waits this long for data before we call it the end
-#: (not 0: the embedded broker answers a zero-wait fetch with nothing at all).
+#: How long a fetch waits for data (not 0: the embedded broker answers a zero-wait
+#: fetch with nothing at all); it grows with each empty answer below the high watermark.
 END_OF_LOG_WAIT_MS = 5
+MAX_EMPTY_ANSWERS = 20
 
 
 class LogReader:
@@ -37,37 +38,46 @@ class LogReader:
     def batches(
         self, topic: str, partition: int, start: int = 0, *, with_keys: bool = False
     ) -> Iterator[LogBatch]:
-        """Every batch holding an offset >= ``start``, up to the current end of the log.
+        """Every batch holding an offset >= ``start``, up to the end of the log.
 
-        The end is where a fetch comes back empty: high watermarks are not trusted
-        (the embedded broker reports them wrongly).
+        The end is the high watermark of the latest answer. An empty answer below it is
+        not the end (a loaded broker may answer a short fetch with nothing): it is asked
+        again, a bounded number of times.
         """
         leaders = self._leaders_of(topic)
         if partition not in leaders:
             raise ProtocolError(
                 f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
             )
-        offset = start
+        offset, empty = start, 0
         while True:
-            code, batches = self._protocol.fetch(
+            answer = self._protocol.fetch(
                 leaders[partition],
                 topic,
                 partition,
                 offset,
-                max_wait_ms=END_OF_LOG_WAIT_MS,
+                max_wait_ms=END_OF_LOG_WAIT_MS * (1 + empty),
                 with_keys=with_keys,
             )
-            if code == ErrorCode.OFFSET_OUT_OF_RANGE and offset > start:
+            if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE and offset > start:
                 return
-            if code != ErrorCode.NONE:
-                raise ProtocolError(
-                    f"fetch {topic}-{partition}@{offset}: {error_name(code)}", error_name(code)
-                )
-            fresh = [b for b in batches if b.last_offset >= offset]
+            if answer.error != ErrorCode.NONE:
+                name = error_name(answer.error)
+                raise ProtocolError(f"fetch {topic}-{partition}@{offset}: {name}", name)
+            fresh = [b for b in answer.batches if b.last_offset >= offset]
+            if fresh:
+                yield from fresh
+                offset, empty = fresh[-1].last_offset + 1, 0
+            if offset >= answer.high_watermark:
+                return
             if not fresh:
-                return
-            yield from fresh
-            offset = fresh[-1].last_offset + 1
+                empty += 1
+                if empty > MAX_EMPTY_ANSWERS:
+                    raise ProtocolError(
+                        f"fetch {topic}-{partition}@{offset}: {empty} empty answers below "
+                        f"the high watermark {answer.high_watermark}",
+                        "REQUEST_TIMED_OUT",
+                    )
 
     def marker_after(self, producer_id: int, part: PartitionRange) -> ControlType | None:
         """The marker that ended ``producer_id``'s transaction holding ``part``, if any yet.

@@ -104,6 +104,15 @@ class LogBatch:
 
 
 @dataclass(frozen=True)
+class FetchAnswer:
+    """One partition's fetch answer: error code, the broker's high watermark, the batches."""
+
+    error: int
+    high_watermark: int
+    batches: list[LogBatch]
+
+
+@dataclass(frozen=True)
 class InitProducerIdAnswer:
     error: int
     producer_id: int
@@ -142,7 +151,7 @@ class TransactionProtocol(Protocol):
         *,
         max_wait_ms: int,
         with_keys: bool = False,
-    ) -> tuple[int, list[LogBatch]]: ...
+    ) -> FetchAnswer: ...
 
     def close(self) -> None: ...
 
@@ -306,8 +315,8 @@ class KafkaProtocol:
         *,
         max_wait_ms: int,
         with_keys: bool = False,
-    ) -> tuple[int, list[LogBatch]]:
-        """Read raw batches (control batches included) from ``offset``; (error code, batches)."""
+    ) -> FetchAnswer:
+        """Read raw batches (control batches included) from ``offset``."""
         version = self._require(ApiKey.FETCH, cap=11, minimum=4)
         fetch_topic = FetchRequest.FetchTopic
         request = FetchRequest(
@@ -336,13 +345,13 @@ class KafkaProtocol:
             version=version,
         )
         answer = self._send(node, request)
-        batches: list[LogBatch] = []
         for topic_answer in answer.responses:
             for part in topic_answer.partitions:
                 if part.error_code:
-                    return part.error_code, []
-                batches.extend(_parse_batches(part.records, with_keys))
-        return ErrorCode.NONE, batches
+                    return FetchAnswer(part.error_code, -1, [])
+                batches = _parse_batches(part.records, with_keys)
+                return FetchAnswer(ErrorCode.NONE, part.high_watermark, batches)
+        return FetchAnswer(ErrorCode.NONE, -1, [])
 
     # -- admin (feature-detected) -------------------------------------------
 
