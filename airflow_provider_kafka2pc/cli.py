@@ -174,8 +174,8 @@ def _finish(args: argparse.Namespace, commit: bool) -> int:
     )
     with _protocol(args) as protocol:
         controller = TransactionController(protocol, RetryPolicy(deadline_s=args.deadline_s))
-        act = controller.commit if commit else controller.abort
-        results = [act(c) for c in committables]
+        act = controller.commit_all if commit else controller.abort_all
+        results = act(committables)
     if len(results) == 1:
         _emit(results[0].to_dict())
     else:

@@ -245,3 +245,14 @@ def test_endless_empty_answers_below_the_high_watermark_fail_loudly():
     broker.empty_answers = 1000
     with pytest.raises(ProtocolError, match="empty answers below the high watermark"):
         audit_topic(broker, "topic")
+
+
+def test_commit_all_reads_each_partition_once_per_phase():
+    broker = ScriptedBroker(end_txn=[Answer(E.NONE, COMMIT)] * 3)
+    committables = [broker.prepare(f"tx-{i}", producer_id=100 + i) for i in range(3)]
+    ctl, _ = controller(broker)
+    results = ctl.commit_all(committables)
+    assert [r.outcome for r in results] == [Outcome.COMMITTED] * 3
+    assert [r.transactional_id for r in results] == ["tx-0", "tx-1", "tx-2"]
+    # 2 partitions x (consult + verify), not 3 committables x 2 partitions x 2.
+    assert broker.count("fetch") == 4

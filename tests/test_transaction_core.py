@@ -197,3 +197,17 @@ def test_backpressure_waits_instead_of_failing(settings, protocol, topic):
     TransactionController(protocol).commit(committable)
     report = audit(protocol, topic, committable)
     assert_exactly(report, committed=5_000)
+
+
+def test_commit_all_many_participants_sharing_partitions(settings, protocol, topic):
+    committables = [
+        TransactionalWriter(settings, unique_id()).write(
+            topic, ((b"%d-%d" % (n, i), b"v") for i in range(50))
+        )
+        for n in range(20)
+    ]
+    results = TransactionController(protocol).commit_all(committables)
+    assert {r.outcome for r in results} == {Outcome.COMMITTED}
+    report = audit(protocol, topic, *committables)
+    assert_exactly(report, committed=1000)
+    assert {v["state"] for v in report.committables} == {"COMMITTED"}

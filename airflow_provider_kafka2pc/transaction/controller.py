@@ -13,13 +13,13 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .committable import TRANSACTION_VERSION_KIP890, Committable
 from .errors import ProtocolError, TransactionInDoubtError
-from .log import LogReader, TransactionState, transaction_state
+from .log import LogReader, TransactionState, transaction_states
 from .naming import validate_transactional_id
 from .protocol import ApiKey, ConnectionLostError, ErrorCode, TransactionProtocol, error_name
 
@@ -153,25 +153,37 @@ class TransactionController:
         self._coordinators: dict[str, int] = {}
 
     def commit(self, committable: Committable) -> Resolution:
-        return self._finish(committable, commit=True)
+        return self.commit_all([committable])[0]
 
     def abort(self, committable: Committable) -> Resolution:
-        return self._finish(committable, commit=False)
+        return self.abort_all([committable])[0]
+
+    def commit_all(self, committables: Sequence[Committable]) -> list[Resolution]:
+        """Commit every committable; the log is read once per partition and phase."""
+        return self._finish_all(committables, commit=True)
+
+    def abort_all(self, committables: Sequence[Committable]) -> list[Resolution]:
+        return self._finish_all(committables, commit=False)
 
     # -- finishing ----------------------------------------------------------
 
-    def _finish(self, c: Committable, commit: bool) -> Resolution:
-        def resolved(outcome: Outcome, reason: str, attempts: int) -> Resolution:
+    def _finish_all(self, committables: Sequence[Committable], commit: bool) -> list[Resolution]:
+        """Consult the markers, send EndTxn where still needed, verify the markers."""
+        verb = "commit" if commit else "abort"
+        results: list[Resolution | None] = [None] * len(committables)
+
+        def resolved(index: int, outcome: Outcome, reason: str, attempts: int) -> None:
+            c = committables[index]
             log.info(
                 "%s %s (pid %s, epoch %s): %s, %s",
-                "commit" if commit else "abort",
+                verb,
                 c.transactional_id,
                 c.producer_id,
                 c.producer_epoch,
                 outcome.value,
                 reason,
             )
-            return Resolution(
+            results[index] = Resolution(
                 outcome,
                 c.transactional_id,
                 c.producer_id,
@@ -181,55 +193,88 @@ class TransactionController:
                 attempts,
             )
 
-        if c.is_empty:
-            done = Outcome.COMMITTED if commit else Outcome.ABORTED
-            return resolved(done, "no records were written, no transaction was opened", 0)
-
-        before = self._state(c)
-        if not before.open:
-            outcome = self._from_markers(before, commit, sent=False)
+        for i, c in enumerate(committables):
+            if c.is_empty:
+                done = Outcome.COMMITTED if commit else Outcome.ABORTED
+                resolved(i, done, "no records were written, no transaction was opened", 0)
+        todo = [i for i, r in enumerate(results) if r is None]
+        for i, state in zip(todo, self._states([committables[i] for i in todo]), strict=True):
+            outcome = None if state.open else self._from_markers(state, commit, sent=False)
             if outcome is not None:
-                return resolved(outcome, "markers already in the log", 0)
+                resolved(i, outcome, "markers already in the log", 0)
 
         deadline = self._clock() + self._policy.deadline_s
+        accepted: dict[int, int] = {}  # index -> attempts, for EndTxn answered NONE
+        for i in [i for i in todo if results[i] is None]:
+            outcome, reason, attempts = self._end(committables[i], commit, deadline)
+            if outcome is None:
+                accepted[i] = attempts
+            else:
+                resolved(i, outcome, reason, attempts)
+
+        # Markers follow the coordinator's answer, partition by partition.
+        attempt = 0
+        while accepted:
+            waiting = list(accepted)
+            states = self._states([committables[i] for i in waiting])
+            for i, state in zip(waiting, states, strict=True):
+                if None not in state.markers:
+                    outcome = self._from_markers(state, commit, sent=True)
+                    if outcome is not None:
+                        resolved(i, outcome, "EndTxn answered NONE", accepted.pop(i))
+            if accepted and self._clock() >= deadline:
+                ids = [committables[i].transactional_id for i in accepted]
+                raise TransactionInDoubtError(
+                    f"{verb} of {ids} accepted by the coordinator but no markers in the log "
+                    "by the deadline; the transactions may still be open; retry later"
+                )
+            if accepted:
+                attempt += 1
+                self._sleep(self._policy.backoff(attempt))
+        return [r for r in results if r is not None]
+
+    def _end(
+        self, c: Committable, commit: bool, deadline: float
+    ) -> tuple[Outcome | None, str, int]:
+        """Send EndTxn until an answer settles it.
+
+        Returns (outcome, or None when accepted and to be verified; reason; attempts).
+        """
         attempt = 0
         last = "no answer"
         while True:
             attempt += 1
             try:
-                code = self._end_txn(c, commit)
+                code: int | None = self._end_txn(c, commit)
             except ConnectionLostError as exc:
                 # Some brokers drop the connection instead of answering a stale epoch;
                 # the markers tell whether the transaction ended meanwhile.
                 code, last = None, str(exc)
                 self._coordinators.pop(c.transactional_id, None)
-            if code is not None:
+            if code is None:
+                state = self._states([c])[0]
+                outcome = None if state.open else self._from_markers(state, commit, sent=False)
+                if outcome is not None:
+                    return outcome, f"markers in the log after {last}", attempt
+            else:
                 last = error_name(code)
                 action = classify_end_txn(code)
                 if action is Action.FATAL:
                     raise ProtocolError(f"EndTxn for {c.transactional_id!r} failed: {last}", last)
+                if action is Action.VERIFY:
+                    return None, f"EndTxn answered {last}", attempt
                 if action is Action.REFIND_COORDINATOR:
                     self._coordinators.pop(c.transactional_id, None)
-                if action in (Action.VERIFY, Action.RESOLVE_FROM_LOG):
-                    sent = action is Action.VERIFY
-                    wait_until = (
-                        deadline
-                        if sent
-                        else min(deadline, self._clock() + self._policy.marker_grace_s)
-                    )
-                    outcome = self._await_markers(c, commit, sent, wait_until)
+                if action is Action.RESOLVE_FROM_LOG:
+                    grace = min(deadline, self._clock() + self._policy.marker_grace_s)
+                    outcome = self._await_markers(c, commit, grace)
                     if outcome is not None:
-                        return resolved(outcome, f"EndTxn answered {last}", attempt)
+                        return outcome, f"EndTxn answered {last}", attempt
                     if code in _TERMINAL_FOR_EPOCH:
                         # This epoch can never be committed by anyone; no marker yet
                         # means the coordinator's abort is still being written.
                         lost = Outcome.LOST if commit else Outcome.ALREADY_ABORTED
-                        return resolved(lost, f"EndTxn answered {last}, no marker yet", attempt)
-            else:
-                state = self._state(c)
-                outcome = None if state.open else self._from_markers(state, commit, sent=False)
-                if outcome is not None:
-                    return resolved(outcome, f"markers in the log after {last}", attempt)
+                        return lost, f"EndTxn answered {last}, no marker yet", attempt
             if self._clock() >= deadline:
                 raise TransactionInDoubtError(
                     f"{'commit' if commit else 'abort'} of {c.transactional_id!r} unresolved "
@@ -277,28 +322,24 @@ class TransactionController:
         self._coordinators[transactional_id] = node
         return node
 
-    def _state(self, c: Committable) -> TransactionState:
-        state = transaction_state(self._reader, c)
-        if state.contradictory:
-            raise ProtocolError(
-                f"log of {c.transactional_id!r} holds both commit and abort markers: "
-                "the committable's offsets do not describe one transaction",
-                "CORRUPT_COMMITTABLE",
-            )
-        return state
+    def _states(self, committables: Sequence[Committable]) -> list[TransactionState]:
+        states = transaction_states(self._reader, committables)
+        for c, state in zip(committables, states, strict=True):
+            if state.contradictory:
+                raise ProtocolError(
+                    f"log of {c.transactional_id!r} holds both commit and abort markers: "
+                    "the committable's offsets do not describe one transaction",
+                    "CORRUPT_COMMITTABLE",
+                )
+        return states
 
-    def _await_markers(
-        self, c: Committable, commit: bool, sent: bool, deadline: float
-    ) -> Outcome | None:
-        """Poll the log until every partition carries the marker or the deadline passes.
-
-        Markers are written after the coordinator answers, partition by partition.
-        """
+    def _await_markers(self, c: Committable, commit: bool, deadline: float) -> Outcome | None:
+        """Poll the log until every partition carries the marker or the deadline passes."""
         attempt = 0
         while True:
-            state = self._state(c)
-            if not state.open and None not in state.markers:
-                return self._from_markers(state, commit, sent)
+            state = self._states([c])[0]
+            if None not in state.markers:
+                return self._from_markers(state, commit, sent=False)
             if self._clock() >= deadline:
                 return None
             attempt += 1

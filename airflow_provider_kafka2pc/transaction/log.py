@@ -7,7 +7,8 @@ the parts some Kafka-compatible brokers get wrong, the markers are the truth.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from .committable import Committable, PartitionRange
@@ -79,20 +80,35 @@ class LogReader:
                         "REQUEST_TIMED_OUT",
                     )
 
-    def marker_after(self, producer_id: int, part: PartitionRange) -> ControlType | None:
-        """The marker that ended ``producer_id``'s transaction holding ``part``, if any yet.
+    def markers_after(
+        self, spans: Sequence[tuple[int, PartitionRange]]
+    ) -> list[ControlType | None]:
+        """For each (producer id, range), the marker that ended that transaction, if any yet.
 
-        A producer has at most one open transaction per partition, so the first
-        control batch of that producer after the range's last record is its end.
+        A producer has at most one open transaction per partition, so the first control
+        batch of that producer after the range's last record is its end. Each partition
+        is read once, from the earliest range on it, however many spans share it.
         """
-        for batch in self.batches(part.topic, part.partition, part.last_offset):
-            if (
-                batch.control is not None
-                and batch.producer_id == producer_id
-                and batch.base_offset > part.last_offset
-            ):
-                return batch.control
-        return None
+        found: list[ControlType | None] = [None] * len(spans)
+        by_partition: dict[tuple[str, int], dict[int, list[int]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for index, (producer_id, part) in enumerate(spans):
+            by_partition[(part.topic, part.partition)][producer_id].append(index)
+        for (topic, partition), waiting in by_partition.items():
+            start = min(spans[i][1].last_offset for ids in waiting.values() for i in ids)
+            for batch in self.batches(topic, partition, start):
+                if batch.control is None or batch.producer_id not in waiting:
+                    continue
+                indexes = waiting[batch.producer_id]
+                for i in [i for i in indexes if batch.base_offset > spans[i][1].last_offset]:
+                    found[i] = batch.control
+                    indexes.remove(i)
+                if not indexes:
+                    del waiting[batch.producer_id]
+                    if not waiting:
+                        break
+        return found
 
 
 @dataclass(frozen=True)
@@ -118,7 +134,10 @@ class TransactionState:
         return ControlType.COMMIT in self.markers and ControlType.ABORT in self.markers
 
 
-def transaction_state(reader: LogReader, committable: Committable) -> TransactionState:
-    return TransactionState(
-        tuple(reader.marker_after(committable.producer_id, part) for part in committable.partitions)
-    )
+def transaction_states(
+    reader: LogReader, committables: Sequence[Committable]
+) -> list[TransactionState]:
+    """What the log says of each committable, reading each partition once."""
+    spans = [(c.producer_id, part) for c in committables for part in c.partitions]
+    markers = iter(reader.markers_after(spans))
+    return [TransactionState(tuple(next(markers) for _ in c.partitions)) for c in committables]
