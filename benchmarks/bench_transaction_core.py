@@ -15,10 +15,11 @@ Two measurements, each against a real broker (the embedded Tansu, or ``--bootstr
     result is the median of per-round ratios. Process CPU per record (steadier than wall
     time under load) and the fixed cost of a 1-record call are reported beside it.
     Afterwards the writer's transactions are committed and the log is audited: nothing lost.
-(b) Commit cost. 100 small transactions are prepared (not timed), then committed one after
-    the other through one ``KafkaProtocol`` by ``TransactionController.commit``; a counting
-    proxy around the protocol tells how many requests (and how much time) one commit costs.
-    The audit must find all of them COMMITTED.
+(b) Commit cost. 200 small transactions are prepared (not timed). 100 are committed one
+    after the other by ``TransactionController.commit`` through one ``KafkaProtocol`` (a
+    counting proxy tells how many requests, and how much time, one commit costs); the other
+    100 by one ``commit_all`` call, which reads each partition once before and once after
+    and sends one EndTxn per committable. The audit must find all 200 COMMITTED.
 
 Run: ``python benchmarks/bench_transaction_core.py [--records 200000 --rounds 2]``.
 """
@@ -38,8 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from confluent_kafka import KafkaError, Producer
-from kafka.net.manager import KafkaConnectionManager
+from confluent_kafka import Producer
 
 from airflow_provider_kafka2pc.broker import EmbeddedBroker
 from airflow_provider_kafka2pc.transaction.audit import COMMITTED, AuditReport, audit_topic
@@ -47,11 +47,11 @@ from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import (
     ApiKey,
+    FetchAnswer,
     InitProducerIdAnswer,
     KafkaProtocol,
-    LogBatch,
 )
-from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from airflow_provider_kafka2pc.transaction.writer import DeliveryReports, TransactionalWriter
 
 Record = tuple[bytes, bytes]
 
@@ -64,7 +64,6 @@ WRITER_RATIO_TARGET = 0.85
 COMMIT_TARGET_S = 2.0  # for 100 commits; scaled to --committables
 FLUSH_TIMEOUT_S = 120.0
 FIXED_COST_SAMPLES = 3
-AUDIT_ATTEMPTS = 3
 
 
 # -- (a) writer throughput -----------------------------------------------------
@@ -77,39 +76,16 @@ class Sample(NamedTuple):
     cpu: float
 
 
-class _Deliveries:
-    """Baseline delivery callback doing what the writer's does: count, offsets, first error."""
-
-    __slots__ = ("count", "error", "first", "last", "per_partition")
-
-    def __init__(self) -> None:
-        self.first: dict[int, int] = {}
-        self.last: dict[int, int] = {}
-        self.per_partition: dict[int, int] = {}
-        self.count = 0
-        self.error: KafkaError | None = None
-
-    def __call__(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            if self.error is None:
-                self.error = err
-            return
-        partition, offset = msg.partition(), msg.offset()
-        self.count += 1
-        self.per_partition[partition] = self.per_partition.get(partition, 0) + 1
-        if offset < self.first.get(partition, offset + 1):
-            self.first[partition] = offset
-        if offset > self.last.get(partition, -1):
-            self.last[partition] = offset
-
-
 def run_idempotent(
     config: dict[str, Any], topic: str, records: Sequence[Record], with_callback: bool
 ) -> Sample:
     """Produce ``records`` with a plain idempotent producer; seconds from set-up to teardown."""
-    deliveries = _Deliveries() if with_callback else None
+    deliveries = DeliveryReports() if with_callback else None
     start, cpu = time.perf_counter(), time.process_time()
-    producer = Producer({**config, "enable.idempotence": True, "allow.auto.create.topics": False})
+    settings = {**config, "enable.idempotence": True, "allow.auto.create.topics": False}
+    if deliveries is not None:
+        settings["on_delivery"] = deliveries  # set once, as the writer does
+    producer = Producer(settings)
     # Two metadata round trips first (the writer makes one, its topic check). Without them
     # librdkafka 2.16 stalls ~500 ms for the producer id: it retires the bootstrap
     # connection before the broker's own one is up, and retries on a 500 ms timer.
@@ -117,17 +93,14 @@ def run_idempotent(
         producer.list_topics(topic, timeout=FLUSH_TIMEOUT_S)
     produce, poll = producer.produce, producer.poll
     # The same loop shape as the writer: backpressure on BufferError, poll(0) every 1024.
-    for index, (key, value) in enumerate(records):
+    for index, (key, value) in enumerate(records, start=1):
         while True:
             try:
-                if deliveries is None:
-                    produce(topic, value, key)
-                else:
-                    produce(topic, value, key, on_delivery=deliveries)
+                produce(topic, value, key)
                 break
             except BufferError:
                 poll(0.05)
-        if index & 1023 == 0:
+        if not index & 1023:
             poll(0)
     remaining = producer.flush(FLUSH_TIMEOUT_S)
     del producer, produce, poll  # teardown is timed on both sides (the writer's is implicit)
@@ -164,7 +137,6 @@ class ThroughputResult:
     committed: int = 0
     aborted: int = 0
     open: int = 0
-    reaudited: int = 0  # topics whose first audit disagreed with the committables
     commit_seconds: float = 0.0
 
 
@@ -236,41 +208,34 @@ def bench_throughput(
 
     for topic in writer_topics:
         mine = [c for c in prepared if c.partitions and c.partitions[0].topic == topic]
-        report, attempts = audit_rechecked(protocol, topic, mine)
-        result.reaudited += attempts > 1
-        totals = report.totals
+        totals = audit_checked(protocol, topic, mine).totals
         result.committed += totals["committed"]
         result.aborted += totals["aborted"]
         result.open += totals["open"]
     return result
 
 
-def audit_rechecked(
+def audit_checked(
     protocol: KafkaProtocol, topic: str, committables: Sequence[Committable]
-) -> tuple[AuditReport, int]:
-    """Audit ``topic``; on a mismatch print where, and audit again to tell a misread of the
-    log from a real loss. Returns the last report and the number of audits made."""
+) -> AuditReport:
+    """Audit ``topic``; on a mismatch print, per partition, what the committables put there."""
+    report = audit_topic(protocol, topic, committables)
+    totals = report.totals
     expected = sum(c.record_count for c in committables)
-    held: dict[int, int] = {}  # partition -> records the committables put there
-    last: dict[int, int] = {}  # partition -> their highest offset
-    for part in (p for c in committables for p in c.partitions if p.topic == topic):
-        held[part.partition] = held.get(part.partition, 0) + part.record_count
-        last[part.partition] = max(last.get(part.partition, -1), part.last_offset)
-    for attempt in range(1, AUDIT_ATTEMPTS + 1):
-        report = audit_topic(protocol, topic, committables)
-        totals = report.totals
-        if totals["committed"] == expected and totals["open"] == totals["aborted"] == 0:
-            break
-        print(f"  audit {attempt} of {topic}: {totals}, expected {expected:,} committed")
+    if totals["committed"] != expected or totals["open"] or totals["aborted"]:
+        print(f"  audit of {topic}: {totals}, expected {expected:,} committed")
         for partition, seen in sorted(report.partitions.items()):
-            print(
-                f"    partition {partition}: committables hold {held.get(partition, 0):,} "
-                f"up to offset {last.get(partition, -1):,}; read committed {seen.committed:,}, "
-                f"open {seen.open:,}, aborted {seen.aborted:,}, up to offset {seen.end_offset:,}"
+            held = sum(
+                p.record_count
+                for c in committables
+                for p in c.partitions
+                if p.topic == topic and p.partition == partition
             )
-        if attempt < AUDIT_ATTEMPTS:
-            time.sleep(1)
-    return report, attempt
+            print(
+                f"    partition {partition}: committables hold {held:,}; read committed "
+                f"{seen.committed:,}, open {seen.open:,}, aborted {seen.aborted:,}"
+            )
+    return report
 
 
 # -- (b) commit cost ---------------------------------------------------------------
@@ -341,7 +306,7 @@ class CountingProtocol:
         *,
         max_wait_ms: int,
         with_keys: bool = False,
-    ) -> tuple[int, list[LogBatch]]:
+    ) -> FetchAnswer:
         kind = "Fetch (verify)" if self._after_end_txn else "Fetch (pre-check)"
         with self._count(kind):
             return self._inner.fetch(
@@ -354,14 +319,15 @@ class CountingProtocol:
 
 @dataclass
 class CommitResult:
-    per_commit: list[float]
+    per_commit: list[float]  # sequential commit() of each committable
     calls: dict[str, int]
     seconds: dict[str, float]
     partitions: int
     prepare_seconds: float
+    batch_seconds: float  # one commit_all() of as many other committables
+    batch_calls: dict[str, int]
     audited_committed: int
     audited_records: int
-    audits: int
 
 
 def prepare_one(config: dict[str, Any], topic: str, index: int, per_txn: int) -> Committable:
@@ -385,70 +351,51 @@ def bench_commits(
         prepared = list(
             pool.map(
                 lambda i: prepare_one(config, topic, i, args.txn_records),
-                range(args.committables),
+                range(2 * args.committables),
             )
         )
     prepare_seconds = time.perf_counter() - start
+    one_by_one, batch = prepared[: args.committables], prepared[args.committables :]
 
     counting = CountingProtocol(protocol)
     controller = TransactionController(counting)
     per_commit: list[float] = []
     try:
-        for committable in prepared:
+        for committable in one_by_one:
             counting.start_commit()
             start = time.perf_counter()
             outcome = controller.commit(committable).outcome
             per_commit.append(time.perf_counter() - start)
             if outcome is not Outcome.COMMITTED:
                 raise RuntimeError(f"{committable.transactional_id}: {outcome.value}")
+        sequential_calls = dict(counting.calls)
+        counting.start_commit()
+        start = time.perf_counter()
+        outcomes = {r.outcome for r in controller.commit_all(batch)}
+        batch_seconds = time.perf_counter() - start
+        if outcomes != {Outcome.COMMITTED}:
+            raise RuntimeError(f"commit_all: {outcomes}")
     finally:
         # Only after a failure: leave nothing open on the cluster.
-        for committable in prepared[len(per_commit) :]:
-            with contextlib.suppress(Exception):
-                TransactionController(protocol).abort(committable)
+        with contextlib.suppress(Exception):
+            TransactionController(protocol).abort_all(prepared)
+    batch_calls = {k: n - sequential_calls.get(k, 0) for k, n in counting.calls.items()}
 
-    report, attempts = audit_rechecked(protocol, topic, prepared)
+    report = audit_checked(protocol, topic, prepared)
     return CommitResult(
         per_commit=per_commit,
-        calls=counting.calls,
+        calls=sequential_calls,
         seconds=counting.seconds,
-        partitions=sum(len(c.partitions) for c in prepared),
+        partitions=sum(len(c.partitions) for c in one_by_one),
         prepare_seconds=prepare_seconds,
+        batch_seconds=batch_seconds,
+        batch_calls=batch_calls,
         audited_committed=sum(1 for v in report.committables if v["state"] == COMMITTED),
         audited_records=report.totals["committed"],
-        audits=attempts,
     )
 
 
 # -- set-up --------------------------------------------------------------------------
-
-#: KafkaProtocol fetches up to 8 MiB; a response may exceed that by one batch (<= 1 MiB).
-NEEDED_FRAME_BYTES = 9 * 1024 * 1024
-RAISED_FRAME_BYTES = 100_000_000
-
-
-def open_protocol(config: dict[str, Any]) -> KafkaProtocol:
-    """A KafkaProtocol whose connections accept whole fetch responses.
-
-    Older versions of the package left kafka-python's frame limit at its default
-    (1,000,000 B) while fetching up to 8 MiB, so reading a partition holding more than
-    ~1 MB (the audit, a commit's pre-check) failed with InvalidReceiveError. Against such
-    a version, raise kafka-python's default in this process and say so.
-    """
-    protocol = KafkaProtocol(config)
-    manager = getattr(getattr(protocol, "_client", None), "_manager", None)
-    limit = getattr(manager, "config", {}).get("receive_message_max_bytes", NEEDED_FRAME_BYTES)
-    if limit >= NEEDED_FRAME_BYTES:
-        return protocol
-    print(
-        f"note: KafkaProtocol accepts frames up to {limit:,} B only (fetches ask for 8 MiB); "
-        f"raising kafka-python's default to {RAISED_FRAME_BYTES:,} B for this benchmark",
-        flush=True,
-    )
-    protocol.close()
-    KafkaConnectionManager.DEFAULT_CONFIG["receive_message_max_bytes"] = RAISED_FRAME_BYTES
-    return KafkaProtocol(config)
-
 
 # -- report --------------------------------------------------------------------------
 
@@ -500,8 +447,6 @@ def print_report(
         f"open {tp.open:,}) -> {'OK' if lost_ok else 'RECORDS LOST'}; "
         f"commit of the writer's transactions {tp.commit_seconds:.2f} s"
     )
-    if tp.reaudited:
-        print(f"  re-audited: {tp.reaudited} topic(s) whose first audit disagreed (see above)")
     print(
         f"  {'fixed cost, 1-record call':<28}{'median ms':>14}   "
         + "; ".join(
@@ -535,11 +480,17 @@ def print_report(
         )
     requests = sum(cm.calls.values())
     print(f"  {'all requests':<22}{requests / count:>11.2f}")
-    commits_ok = cm.audited_committed == count and cm.audited_records == count * args.txn_records
+    batch_requests = sum(cm.batch_calls.values())
     print(
-        f"  audit: {cm.audited_committed}/{count} committables COMMITTED, "
+        f"  commit_all of {count} other committables at once: {cm.batch_seconds:.3f} s, "
+        f"{batch_requests} requests ({batch_requests / count:.2f} per committable: the log is "
+        "read once per partition before and after, EndTxn once per committable)"
+    )
+    total_records = 2 * count * args.txn_records
+    commits_ok = cm.audited_committed == 2 * count and cm.audited_records == total_records
+    print(
+        f"  audit: {cm.audited_committed}/{2 * count} committables COMMITTED, "
         f"{cm.audited_records:,} records -> {'OK' if commits_ok else 'FAILED'}"
-        + (f" (after {cm.audits} audits, see above)" if cm.audits > 1 else "")
     )
 
     print(
@@ -547,8 +498,9 @@ def print_report(
         f"(writer / idempotent+cb {med_cb:.3f} >= {WRITER_RATIO_TARGET})"
     )
     print(
-        f"target met: {yes_no(total <= commit_target)} "
-        f"({count} commits {total:.3f} s <= {commit_target:g} s)"
+        f"target met: {yes_no(cm.batch_seconds <= commit_target)} "
+        f"({count} committables by commit_all {cm.batch_seconds:.3f} s <= {commit_target:g} s; "
+        f"one by one {total:.3f} s)"
     )
     print(f"verified:   {yes_no(lost_ok and commits_ok)} (audits: nothing lost, all committed)")
     return lost_ok and commits_ok
@@ -591,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             stack.callback(delete_topics, servers, topics)  # runs last, even after a failure
         config: dict[str, Any] = {"bootstrap.servers": servers}
-        protocol = stack.enter_context(open_protocol(config))
+        protocol = stack.enter_context(KafkaProtocol(config))
         print(
             f"(a) {args.records:,} records x {args.rounds} rounds x {len(SIDES)} sides", flush=True
         )

@@ -44,7 +44,7 @@ _RESERVED = (
 )
 
 
-class _Deliveries:
+class DeliveryReports:
     """Delivery-report bookkeeping: offsets per partition, and the first error.
 
     The idempotent producer delivers each partition in order, so the first report
@@ -116,7 +116,7 @@ class TransactionalWriter:
         if not isinstance(topic, str) or not topic:
             raise ConfigurationError("topic must be a non-empty string")
         stats: dict[str, Any] = {}
-        deliveries = _Deliveries()
+        deliveries = DeliveryReports()
         producer = self._producer(stats, deliveries)
         self._check_topic(producer, topic)
         iterator = iter(records)
@@ -170,7 +170,7 @@ class TransactionalWriter:
 
     # -- steps --------------------------------------------------------------
 
-    def _producer(self, stats: dict[str, Any], deliveries: _Deliveries) -> Producer:
+    def _producer(self, stats: dict[str, Any], deliveries: DeliveryReports) -> Producer:
         def on_stats(payload: str) -> None:
             stats.update(json.loads(payload).get("eos") or {})
 
@@ -225,7 +225,7 @@ class TransactionalWriter:
         topic: str,
         first: Record,
         rest: Iterable[Record],
-        deliveries: _Deliveries,
+        deliveries: DeliveryReports,
     ) -> int:
         """Queue every record, waiting while the local queue is full; returns the count.
 
