@@ -46,6 +46,7 @@ from airflow_provider_kafka2pc.transaction.audit import COMMITTED, AuditReport, 
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import (
+    FETCH_MAX_BYTES,
     ApiKey,
     FetchAnswer,
     InitProducerIdAnswer,
@@ -306,11 +307,18 @@ class CountingProtocol:
         *,
         max_wait_ms: int,
         with_keys: bool = False,
+        max_bytes: int = FETCH_MAX_BYTES,
     ) -> FetchAnswer:
         kind = "Fetch (verify)" if self._after_end_txn else "Fetch (pre-check)"
         with self._count(kind):
             return self._inner.fetch(
-                node, topic, partition, offset, max_wait_ms=max_wait_ms, with_keys=with_keys
+                node,
+                topic,
+                partition,
+                offset,
+                max_wait_ms=max_wait_ms,
+                with_keys=with_keys,
+                max_bytes=max_bytes,
             )
 
     def close(self) -> None:

@@ -163,6 +163,7 @@ class ScriptedBroker:
         *,
         max_wait_ms: int,
         with_keys: bool = False,
+        max_bytes: int = 0,
     ) -> FetchAnswer:
         self.calls.append(("fetch", topic, partition, offset))
         log = self.logs[(topic, partition)]

@@ -135,14 +135,23 @@ def test_abort_answers(answers, expected):
     assert ctl.abort(broker.prepare()).outcome is expected
 
 
-def test_finished_transactions_need_no_request():
-    broker = ScriptedBroker()
+@pytest.mark.parametrize(
+    ("commit", "answer", "expected"),
+    [
+        (True, E.NONE, Outcome.ALREADY_COMMITTED),  # TV1 retry: NONE, no new marker
+        (True, E.INVALID_TXN_STATE, Outcome.ALREADY_COMMITTED),  # TV2 retry
+        (False, E.NONE, Outcome.ALREADY_COMMITTED),  # a broker that answers NONE, does nothing
+        (False, E.INVALID_TXN_STATE, Outcome.ALREADY_COMMITTED),  # Kafka: abort after commit
+    ],
+)
+def test_ending_a_finished_transaction_reports_already(commit, answer, expected):
+    broker = ScriptedBroker(end_txn=[Answer(answer)])
     committable = broker.prepare()
     broker.write_marker("tx-1", COMMIT)
     ctl, _ = controller(broker)
-    assert ctl.commit(committable).outcome is Outcome.ALREADY_COMMITTED
-    assert ctl.abort(committable).outcome is Outcome.ALREADY_COMMITTED
-    assert broker.count("end_txn") == 0
+    result = ctl.commit(committable) if commit else ctl.abort(committable)
+    assert result.outcome is expected
+    assert broker.count("end_txn") == 1
 
 
 def test_success_without_any_marker_is_in_doubt_not_committed():
@@ -201,7 +210,10 @@ def test_endtxn_carries_the_stored_producer_id_and_epoch():
 
 
 def test_fence_retries_while_the_coordinator_aborts():
-    broker = ScriptedBroker(init_producer_id=[E.CONCURRENT_TRANSACTIONS, E.NOT_COORDINATOR, E.NONE])
+    broker = ScriptedBroker(
+        init_producer_id=[E.CONCURRENT_TRANSACTIONS, E.NOT_COORDINATOR, E.NONE],
+        end_txn=[Answer(E.PRODUCER_FENCED)],
+    )
     committable = broker.prepare()
     ctl, _ = controller(broker)
     result = ctl.fence("tx-1")
@@ -247,12 +259,15 @@ def test_endless_empty_answers_below_the_high_watermark_fail_loudly():
         audit_topic(broker, "topic")
 
 
-def test_commit_all_reads_each_partition_once_per_phase():
+def test_commit_all_reads_only_what_was_appended():
     broker = ScriptedBroker(end_txn=[Answer(E.NONE, COMMIT)] * 3)
     committables = [broker.prepare(f"tx-{i}", producer_id=100 + i) for i in range(3)]
     ctl, _ = controller(broker)
     results = ctl.commit_all(committables)
     assert [r.outcome for r in results] == [Outcome.COMMITTED] * 3
     assert [r.transactional_id for r in results] == ["tx-0", "tx-1", "tx-2"]
-    # 2 partitions x (consult + verify), not 3 committables x 2 partitions x 2.
-    assert broker.count("fetch") == 4
+    fetches = [c for c in broker.calls if c[0] == "fetch"]
+    # 2 partitions x (note the end + verify from there), not 3 committables x 2 x 2 ...
+    assert len(fetches) == 4
+    # ... and the verification starts at the end noted before EndTxn (30 data records).
+    assert sorted(c[3] for c in fetches[2:]) == [30, 30]

@@ -1,11 +1,10 @@
 """The control plane: finish prepared transactions from any process, and say how they ended.
 
-A commit is "consult, act, verify": read the partitions' markers first (an already
-finished transaction needs no request, and a stale EndTxn can make some brokers drop
-the connection), send EndTxn with the stored producer id and epoch at the request
-version the writer's client used, then read the markers again. Every EndTxn answer
-maps to exactly one action in :data:`END_TXN_ACTIONS`; "fenced" and "invalid state"
-never count as committed: the log decides.
+A commit is "act, verify": send EndTxn with the stored producer id and epoch at the
+request version the writer's client used, then read the partitions' markers. Every
+EndTxn answer maps to exactly one action in :data:`END_TXN_ACTIONS`; "fenced" and
+"invalid state" never count as committed: the log decides, and so does it for a
+success answer (a broker may answer NONE and do nothing).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -168,7 +167,15 @@ class TransactionController:
     # -- finishing ----------------------------------------------------------
 
     def _finish_all(self, committables: Sequence[Committable], commit: bool) -> list[Resolution]:
-        """Consult the markers, send EndTxn where still needed, verify the markers."""
+        """Send EndTxn to every transaction, then verify each from the log's markers.
+
+        The log is not scanned before acting: EndTxn on a finished transaction is
+        harmless (an idempotent success or an error we resolve from the log), while
+        reading a large run's data back twice is not. The verification reads only
+        what was appended after the ends noted first, where fresh markers land; a
+        transaction with no marker there is looked up over its whole range once, which
+        finds markers that were already in the log (``ALREADY_*``).
+        """
         verb = "commit" if commit else "abort"
         results: list[Resolution | None] = [None] * len(committables)
 
@@ -198,14 +205,11 @@ class TransactionController:
                 done = Outcome.COMMITTED if commit else Outcome.ABORTED
                 resolved(i, done, "no records were written, no transaction was opened", 0)
         todo = [i for i, r in enumerate(results) if r is None]
-        for i, state in zip(todo, self._states([committables[i] for i in todo]), strict=True):
-            outcome = None if state.open else self._from_markers(state, commit, sent=False)
-            if outcome is not None:
-                resolved(i, outcome, "markers already in the log", 0)
+        ends = self._reader.log_ends(p for i in todo for p in committables[i].partitions)
 
         deadline = self._clock() + self._policy.deadline_s
         accepted: dict[int, int] = {}  # index -> attempts, for EndTxn answered NONE
-        for i in [i for i in todo if results[i] is None]:
+        for i in todo:
             outcome, reason, attempts = self._end(committables[i], commit, deadline)
             if outcome is None:
                 accepted[i] = attempts
@@ -214,14 +218,25 @@ class TransactionController:
 
         # Markers follow the coordinator's answer, partition by partition.
         attempt = 0
+        looked_back = False
         while accepted:
             waiting = list(accepted)
-            states = self._states([committables[i] for i in waiting])
-            for i, state in zip(waiting, states, strict=True):
+            fresh = self._states([committables[i] for i in waiting], since=ends)
+            for i, state in zip(waiting, fresh, strict=True):
                 if None not in state.markers:
                     outcome = self._from_markers(state, commit, sent=True)
                     if outcome is not None:
                         resolved(i, outcome, "EndTxn answered NONE", accepted.pop(i))
+            if accepted and not looked_back:
+                looked_back = True
+                waiting = list(accepted)
+                whole = self._states([committables[i] for i in waiting])
+                for i, state in zip(waiting, whole, strict=True):
+                    if None not in state.markers:
+                        outcome = self._from_markers(state, commit, sent=False)
+                        if outcome is not None:
+                            reason = "EndTxn answered NONE; markers were already in the log"
+                            resolved(i, outcome, reason, accepted.pop(i))
             if accepted and self._clock() >= deadline:
                 ids = [committables[i].transactional_id for i in accepted]
                 raise TransactionInDoubtError(
@@ -322,8 +337,12 @@ class TransactionController:
         self._coordinators[transactional_id] = node
         return node
 
-    def _states(self, committables: Sequence[Committable]) -> list[TransactionState]:
-        states = transaction_states(self._reader, committables)
+    def _states(
+        self,
+        committables: Sequence[Committable],
+        since: Mapping[tuple[str, int], int] | None = None,
+    ) -> list[TransactionState]:
+        states = transaction_states(self._reader, committables, since)
         for c, state in zip(committables, states, strict=True):
             if state.contradictory:
                 raise ProtocolError(

@@ -8,7 +8,7 @@ the parts some Kafka-compatible brokers get wrong, the markers are the truth.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .committable import Committable, PartitionRange
@@ -80,14 +80,39 @@ class LogReader:
                         "REQUEST_TIMED_OUT",
                     )
 
+    def log_ends(self, parts: Iterable[PartitionRange]) -> dict[tuple[str, int], int]:
+        """The current end (high watermark) of each partition, with one small fetch each."""
+        known: dict[tuple[str, int], int] = {}
+        for part in parts:
+            key = (part.topic, part.partition)
+            known[key] = max(known.get(key, 0), part.last_offset)
+        ends = {}
+        for (topic, partition), offset in known.items():
+            answer = self._protocol.fetch(
+                self._leaders_of(topic)[partition],
+                topic,
+                partition,
+                offset,
+                max_wait_ms=END_OF_LOG_WAIT_MS,
+                max_bytes=1,
+            )
+            if answer.error != ErrorCode.NONE:
+                name = error_name(answer.error)
+                raise ProtocolError(f"fetch {topic}-{partition}@{offset}: {name}", name)
+            ends[(topic, partition)] = max(answer.high_watermark, offset + 1)
+        return ends
+
     def markers_after(
-        self, spans: Sequence[tuple[int, PartitionRange]]
+        self,
+        spans: Sequence[tuple[int, PartitionRange]],
+        since: Mapping[tuple[str, int], int] | None = None,
     ) -> list[ControlType | None]:
         """For each (producer id, range), the marker that ended that transaction, if any yet.
 
         A producer has at most one open transaction per partition, so the first control
         batch of that producer after the range's last record is its end. Each partition
-        is read once, from the earliest range on it, however many spans share it.
+        is read once, from the earliest range on it (or from ``since``, to look only at
+        what was appended after a known end), however many spans share it.
         """
         found: list[ControlType | None] = [None] * len(spans)
         by_partition: dict[tuple[str, int], dict[int, list[int]]] = defaultdict(
@@ -97,6 +122,8 @@ class LogReader:
             by_partition[(part.topic, part.partition)][producer_id].append(index)
         for (topic, partition), waiting in by_partition.items():
             start = min(spans[i][1].last_offset for ids in waiting.values() for i in ids)
+            if since is not None:
+                start = max(start, since.get((topic, partition), start))
             for batch in self.batches(topic, partition, start):
                 if batch.control is None or batch.producer_id not in waiting:
                     continue
@@ -135,9 +162,11 @@ class TransactionState:
 
 
 def transaction_states(
-    reader: LogReader, committables: Sequence[Committable]
+    reader: LogReader,
+    committables: Sequence[Committable],
+    since: Mapping[tuple[str, int], int] | None = None,
 ) -> list[TransactionState]:
-    """What the log says of each committable, reading each partition once."""
+    """What the log says of each committable, reading each partition once (from ``since``)."""
     spans = [(c.producer_id, part) for c in committables for part in c.partitions]
-    markers = iter(reader.markers_after(spans))
+    markers = iter(reader.markers_after(spans, since))
     return [TransactionState(tuple(next(markers) for _ in c.partitions)) for c in committables]

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_COORDINATOR = 1  # FindCoordinator key type
 READ_UNCOMMITTED = 0
-_FETCH_MAX_BYTES = 8 * 1024 * 1024
+FETCH_MAX_BYTES = 8 * 1024 * 1024
 
 
 class ErrorCode(enum.IntEnum):
@@ -151,6 +151,7 @@ class TransactionProtocol(Protocol):
         *,
         max_wait_ms: int,
         with_keys: bool = False,
+        max_bytes: int = ...,
     ) -> FetchAnswer: ...
 
     def close(self) -> None: ...
@@ -169,7 +170,7 @@ class KafkaProtocol:
         self._kp_config = to_kafka_python(config)
         self._kp_config.setdefault("request_timeout_ms", timeout_ms)
         # Room for a full fetch answer (kafka-python's default frame limit is 1 MB).
-        self._kp_config.setdefault("receive_message_max_bytes", 2 * _FETCH_MAX_BYTES)
+        self._kp_config.setdefault("receive_message_max_bytes", 2 * FETCH_MAX_BYTES)
         self._kp_config.setdefault("socket_connection_setup_timeout_ms", min(timeout_ms, 10_000))
         self._client = KafkaNetClient(**self._kp_config)
         self._admin: KafkaAdminClient | None = None
@@ -315,15 +316,20 @@ class KafkaProtocol:
         *,
         max_wait_ms: int,
         with_keys: bool = False,
+        max_bytes: int = FETCH_MAX_BYTES,
     ) -> FetchAnswer:
-        """Read raw batches (control batches included) from ``offset``."""
+        """Read raw batches (control batches included) from ``offset``.
+
+        A broker returns at least the batch holding ``offset`` even when it exceeds
+        ``max_bytes``; a small ``max_bytes`` asks for little more than the high watermark.
+        """
         version = self._require(ApiKey.FETCH, cap=11, minimum=4)
         fetch_topic = FetchRequest.FetchTopic
         request = FetchRequest(
             replica_id=-1,
             max_wait_ms=max_wait_ms,
             min_bytes=1,
-            max_bytes=_FETCH_MAX_BYTES,
+            max_bytes=max_bytes,
             isolation_level=READ_UNCOMMITTED,
             session_id=0,
             session_epoch=-1,
@@ -334,7 +340,7 @@ class KafkaProtocol:
                         fetch_topic.FetchPartition(
                             partition=partition,
                             fetch_offset=offset,
-                            partition_max_bytes=_FETCH_MAX_BYTES,
+                            partition_max_bytes=max_bytes,
                             current_leader_epoch=-1,
                             log_start_offset=-1,
                         )
