@@ -7,7 +7,7 @@ Order of work, chosen so that a transaction is open only while its records are w
    types, ids, topic, speculation);
 2. partition deterministically (a stable hash of the key, or of the whole row) so a
    recomputed partition holds the same records, encode key/value/headers in the JVM,
-   and materialise it (persist + count), checking for null keys;
+   and materialise it (persist, then one job that counts rows per partition and null keys);
 3. run ``mapInArrow``: each partition writes its transaction and reports its committable;
 4. check that every partition reported exactly one committable whose count equals its
    input count, else fail naming the partitions (the orchestrator aborts the leased ids).
@@ -120,7 +120,8 @@ def prepare_dataframe(
     )
     prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        source_rows = prepared.count()
+        partition_rows, null_keys = _materialise(prepared, len(ids))
+        source_rows = sum(partition_rows)
         if source_rows == 0:
             log.warning("run %s: the source is empty; nothing prepared", run_id)
             return PreparedBatch(
@@ -131,14 +132,11 @@ def prepare_dataframe(
                 (),
                 {"empty": True, "message": "source is empty; nothing prepared"},
             )
-        if require_keys if require_keys is not None else key_column is not None:
-            nulls = prepared.filter(F.col(KEY).isNull()).count()
-            if nulls:
-                raise ConfigurationError(
-                    f"key column {key_column!r} is null in {nulls} rows; keys are required "
-                    "(filter them out, or pass require_keys=False)"
-                )
-        partition_rows = _rows_per_partition(prepared, len(ids))
+        if null_keys and (require_keys if require_keys is not None else key_column is not None):
+            raise ConfigurationError(
+                f"key column {key_column!r} is null in {null_keys} rows; keys are required "
+                "(filter them out, or pass require_keys=False)"
+            )
         writer = partition_writer(
             ids, producer_config, topic, transaction_timeout_ms, list(header_columns), on_batch
         )
@@ -235,9 +233,15 @@ def _check_topic(producer_config: Mapping[str, Any], topic: str) -> None:
             ) from None
 
 
-def _rows_per_partition(prepared: DataFrame, partitions: int) -> tuple[int, ...]:
-    counts = dict(prepared.groupBy(F.spark_partition_id().alias("p")).count().collect())
-    return tuple(counts.get(p, 0) for p in range(partitions))
+def _materialise(prepared: DataFrame, partitions: int) -> tuple[tuple[int, ...], int]:
+    """One job fills the cache and counts rows per partition and null keys."""
+    stats = (
+        prepared.groupBy(F.spark_partition_id().alias("p"))
+        .agg(F.count(F.lit(1)).alias("rows"), F.count_if(F.col(KEY).isNull()).alias("nulls"))
+        .collect()
+    )
+    rows = {r["p"]: r["rows"] for r in stats}
+    return tuple(rows.get(p, 0) for p in range(partitions)), sum(r["nulls"] for r in stats)
 
 
 def _check_reports(
