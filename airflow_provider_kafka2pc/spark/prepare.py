@@ -107,20 +107,11 @@ def prepare_dataframe(
         )
     run_id = run_id or uuid.uuid4().hex
     started = time.time()
-    encoded = _encode(df, key_column, value_column, header_columns)
+    prepared = partitioned_input(df, len(ids), key_column, value_column, header_columns)
     _check_topic(producer_config, topic)
-
-    # Membership must survive recomputation: hash partitioning of the binary key (or of
-    # the row's JSON) is a pure function of the row, unlike round-robin.
-    by = F.col(KEY) if key_column else F.to_json(F.struct(*[F.col(c) for c in df.columns]))
-    prepared = (
-        df.select(*encoded, by.alias(_PARTITION_BY))
-        .repartition(len(ids), F.col(_PARTITION_BY))
-        .drop(_PARTITION_BY)
-    )
     prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        partition_rows, null_keys = _materialise(prepared, len(ids))
+        partition_rows, null_keys = materialise(prepared, len(ids))
         source_rows = sum(partition_rows)
         if source_rows == 0:
             log.warning("run %s: the source is empty; nothing prepared", run_id)
@@ -167,6 +158,27 @@ def prepare_dataframe(
         raise PrepareError(f"{source_rows} source rows but {batch.record_count} prepared")
     log.info("run %s: prepared %d rows in %d transactions", run_id, source_rows, len(ids))
     return batch
+
+
+def partitioned_input(
+    df: DataFrame,
+    partitions: int,
+    key_column: str | None = None,
+    value_column: str | None = None,
+    header_columns: Sequence[str] = (),
+) -> DataFrame:
+    """``df`` as the writers see it: binary key/value/header columns in ``partitions``.
+
+    Membership survives recomputation: hash partitioning of the binary key (or of the
+    row's JSON) is a pure function of the row, unlike round-robin.
+    """
+    encoded = _encode(df, key_column, value_column, header_columns)
+    by = F.col(KEY) if key_column else F.to_json(F.struct(*[F.col(c) for c in df.columns]))
+    return (
+        df.select(*encoded, by.alias(_PARTITION_BY))
+        .repartition(partitions, F.col(_PARTITION_BY))
+        .drop(_PARTITION_BY)
+    )
 
 
 def _encode(
@@ -233,8 +245,8 @@ def _check_topic(producer_config: Mapping[str, Any], topic: str) -> None:
             ) from None
 
 
-def _materialise(prepared: DataFrame, partitions: int) -> tuple[tuple[int, ...], int]:
-    """One job fills the cache and counts rows per partition and null keys."""
+def materialise(prepared: DataFrame, partitions: int) -> tuple[tuple[int, ...], int]:
+    """One job fills the (persisted) input's cache and counts rows per partition and null keys."""
     stats = (
         prepared.groupBy(F.spark_partition_id().alias("p"))
         .agg(F.count(F.lit(1)).alias("rows"), F.count_if(F.col(KEY).isNull()).alias("nulls"))
