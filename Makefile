@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-spark clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_transaction_core.py
+
+# Compares with the official Airflow Kafka provider's ProduceToTopicOperator, so it
+# installs Airflow into the venv first (about 1 GB; the tests do not need it).
+bench-spark: $(STAMP)
+	$(BIN)/pip install --quiet apache-airflow==3.3.2 apache-airflow-providers-apache-kafka
+	$(BIN)/python benchmarks/bench_spark_prepare.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
