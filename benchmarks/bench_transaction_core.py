@@ -245,7 +245,7 @@ def audit_checked(
 class CountingProtocol:
     """Wraps a :class:`KafkaProtocol`: counts calls and their time, per request kind.
 
-    Fetches are split into "before EndTxn" (the pre-check) and "after" (verification) of
+    Fetches are split into "before EndTxn" (noting the log ends) and "after" (verification) of
     the commit in progress; :meth:`start_commit` marks the start of a commit.
     """
 
@@ -309,7 +309,7 @@ class CountingProtocol:
         with_keys: bool = False,
         max_bytes: int = FETCH_MAX_BYTES,
     ) -> FetchAnswer:
-        kind = "Fetch (verify)" if self._after_end_txn else "Fetch (pre-check)"
+        kind = "Fetch (verify)" if self._after_end_txn else "Fetch (log ends)"
         with self._count(kind):
             return self._inner.fetch(
                 node,
@@ -478,7 +478,7 @@ def print_report(
         f"(prepare, untimed: {cm.prepare_seconds:.1f} s)"
     )
     print(f"  {'request':<22}{'per commit':>11}{'ms per call':>13}{'ms per commit':>15}")
-    order = ["Metadata", "Fetch (pre-check)", "FindCoordinator", "EndTxn", "Fetch (verify)"]
+    order = ["Metadata", "Fetch (log ends)", "FindCoordinator", "EndTxn", "Fetch (verify)"]
     kinds = order + sorted(set(cm.calls) - set(order))
     for kind in (k for k in kinds if k in cm.calls):
         calls, secs = cm.calls[kind], cm.seconds[kind]
