@@ -282,11 +282,14 @@ def baseline_writer(
     """
 
     def write_partition(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
         from confluent_kafka import Producer
         from pyspark import TaskContext
 
-        from airflow_provider_kafka2pc.spark.partition_writer import _Counter, _records
+        from airflow_provider_kafka2pc.spark.partition_writer import (
+            _Counter,
+            _records,
+            result_batch,
+        )
         from airflow_provider_kafka2pc.transaction.writer import (
             DeliveryReports,
             TransactionalWriter,
@@ -325,23 +328,11 @@ def baseline_writer(
         else:
             for _ in records:
                 delivered += 1
-        yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "partition": context.partitionId(),
-                    "attempt": context.attemptNumber(),
-                    "input_rows": counter.rows,
-                    "committable": json.dumps({"record_count": delivered}),
-                }
-            ],
-            schema=pa.schema(
-                [
-                    ("partition", pa.int32()),
-                    ("attempt", pa.int32()),
-                    ("input_rows", pa.int64()),
-                    ("committable", pa.string()),
-                ]
-            ),
+        yield result_batch(
+            context.partitionId(),
+            context.attemptNumber(),
+            counter.rows,
+            json.dumps({"record_count": delivered}),
         )
 
     return write_partition

@@ -59,26 +59,31 @@ def partition_writer(
                 f"partition {partition}: {counter.rows} rows in, {committable.record_count} "
                 "delivered; the transaction stays open for the orchestrator to abort"
             )
-        yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "partition": partition,
-                    "attempt": attempt,
-                    "input_rows": counter.rows,
-                    "committable": committable.to_json(),
-                }
-            ],
-            schema=pa.schema(
-                [
-                    ("partition", pa.int32()),
-                    ("attempt", pa.int32()),
-                    ("input_rows", pa.int64()),
-                    ("committable", pa.string()),
-                ]
-            ),
-        )
+        yield result_batch(partition, attempt, counter.rows, committable.to_json())
 
     return write_partition
+
+
+def result_batch(partition: int, attempt: int, input_rows: int, committable: str) -> pa.RecordBatch:
+    """The one row a task reports to the driver, typed as :data:`RESULT_SCHEMA` says."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "partition": partition,
+                "attempt": attempt,
+                "input_rows": input_rows,
+                "committable": committable,
+            }
+        ],
+        schema=pa.schema(
+            [
+                ("partition", pa.int32()),
+                ("attempt", pa.int32()),
+                ("input_rows", pa.int64()),
+                ("committable", pa.string()),
+            ]
+        ),
+    )
 
 
 class _Counter:

@@ -222,14 +222,17 @@ class TransactionController:
         while accepted:
             waiting = list(accepted)
             fresh = self._states([committables[i] for i in waiting], since=ends)
+            unmarked = []  # no fresh marker at all: perhaps it was finished before
             for i, state in zip(waiting, fresh, strict=True):
                 if None not in state.markers:
                     outcome = self._from_markers(state, commit, sent=True)
                     if outcome is not None:
                         resolved(i, outcome, "EndTxn answered NONE", accepted.pop(i))
-            if accepted and not looked_back:
+                elif state.open:
+                    unmarked.append(i)
+            if unmarked and not looked_back:
                 looked_back = True
-                waiting = list(accepted)
+                waiting = unmarked
                 whole = self._states([committables[i] for i in waiting])
                 for i, state in zip(waiting, whole, strict=True):
                     if None not in state.markers:
