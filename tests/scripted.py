@@ -72,6 +72,7 @@ class ScriptedBroker:
         self.txns: dict[str, Committable] = {}
         self.calls: list[tuple] = []
         self.empty_answers = 0
+        self.not_leader_answers = 0
 
     # -- building the log ---------------------------------------------------
 
@@ -152,6 +153,7 @@ class ScriptedBroker:
         return InitProducerIdAnswer(code, 42, 4)
 
     def partition_leaders(self, topic: str) -> dict[int, int]:
+        self.calls.append(("metadata", topic))
         return {p: 1 for (t, p) in self.logs if t == topic}
 
     def fetch(
@@ -168,6 +170,9 @@ class ScriptedBroker:
         self.calls.append(("fetch", topic, partition, offset))
         log = self.logs[(topic, partition)]
         end = log[-1].last_offset + 1 if log else 0
+        if self.not_leader_answers:
+            self.not_leader_answers -= 1  # leadership moved to another broker
+            return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, [])
         if self.empty_answers and offset < end:
             self.empty_answers -= 1  # a loaded broker's empty answer in the middle of the log
             return FetchAnswer(ErrorCode.NONE, end, [])

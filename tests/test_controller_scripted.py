@@ -271,3 +271,12 @@ def test_commit_all_reads_only_what_was_appended():
     assert len(fetches) == 4
     # ... and the verification starts at the end noted before EndTxn (30 data records).
     assert sorted(c[3] for c in fetches[2:]) == [30, 30]
+
+
+def test_a_moved_partition_leader_is_looked_up_again():
+    broker = ScriptedBroker(end_txn=[Answer(E.NONE, COMMIT)])
+    committable = broker.prepare()
+    broker.not_leader_answers = 2
+    ctl, _ = controller(broker)
+    assert ctl.commit(committable).outcome is Outcome.COMMITTED
+    assert broker.count("metadata") == 3  # the first lookup, then one per moved answer

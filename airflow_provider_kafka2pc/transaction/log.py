@@ -7,18 +7,36 @@ the parts some Kafka-compatible brokers get wrong, the markers are the truth.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .committable import Committable, PartitionRange
 from .errors import ProtocolError
-from .protocol import ControlType, ErrorCode, LogBatch, TransactionProtocol, error_name
+from .protocol import (
+    ControlType,
+    ErrorCode,
+    FetchAnswer,
+    LogBatch,
+    TransactionProtocol,
+    error_name,
+)
 
 #: How long a fetch waits for data (not 0: the embedded broker answers a zero-wait
 #: fetch with nothing at all); it grows with each empty answer below the high watermark.
 END_OF_LOG_WAIT_MS = 5
 MAX_EMPTY_ANSWERS = 20
+MAX_LEADER_REFRESHES = 5
+_LEADER_MOVED = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
 
 
 class LogReader:
@@ -36,6 +54,19 @@ class LogReader:
             self._leaders[topic] = self._protocol.partition_leaders(topic)
         return self._leaders[topic]
 
+    def _fetch(self, topic: str, partition: int, offset: int, **options: Any) -> FetchAnswer:
+        """Fetch from the partition's leader; when leadership moved, look it up again."""
+        moved = 0
+        while True:
+            answer = self._protocol.fetch(
+                self._leaders_of(topic)[partition], topic, partition, offset, **options
+            )
+            if answer.error not in _LEADER_MOVED or moved >= MAX_LEADER_REFRESHES:
+                return answer
+            moved += 1
+            self._leaders.pop(topic, None)
+            time.sleep(0.1 * moved)
+
     def batches(
         self, topic: str, partition: int, start: int = 0, *, with_keys: bool = False
     ) -> Iterator[LogBatch]:
@@ -45,15 +76,13 @@ class LogReader:
         not the end (a loaded broker may answer a short fetch with nothing): it is asked
         again, a bounded number of times.
         """
-        leaders = self._leaders_of(topic)
-        if partition not in leaders:
+        if partition not in self._leaders_of(topic):
             raise ProtocolError(
                 f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
             )
         offset, empty = start, 0
         while True:
-            answer = self._protocol.fetch(
-                leaders[partition],
+            answer = self._fetch(
                 topic,
                 partition,
                 offset,
@@ -88,13 +117,8 @@ class LogReader:
             known[key] = max(known.get(key, 0), part.last_offset)
         ends = {}
         for (topic, partition), offset in known.items():
-            answer = self._protocol.fetch(
-                self._leaders_of(topic)[partition],
-                topic,
-                partition,
-                offset,
-                max_wait_ms=END_OF_LOG_WAIT_MS,
-                max_bytes=1,
+            answer = self._fetch(
+                topic, partition, offset, max_wait_ms=END_OF_LOG_WAIT_MS, max_bytes=1
             )
             if answer.error != ErrorCode.NONE:
                 name = error_name(answer.error)
