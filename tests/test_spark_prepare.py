@@ -52,8 +52,7 @@ def source(spark: SparkSession, rows: int = ROWS):
 
 
 def commit_all(protocol, batch: PreparedBatch) -> list[Outcome]:
-    controller = TransactionController(protocol)
-    return [controller.commit(c).outcome for c in batch.committables]
+    return [r.outcome for r in TransactionController(protocol).commit_all(batch.committables)]
 
 
 def assert_exactly_once(report, rows: int) -> None:
@@ -113,7 +112,7 @@ def test_membership_is_stable_across_recomputation(spark, settings, protocol, ma
         assert {controller.abort(c).outcome for c in batch.committables} == {Outcome.ABORTED}
 
 
-def test_value_and_header_columns(spark, settings, bootstrap, make_topic):
+def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_topic):
     topic = make_topic(1)
     df = spark.createDataFrame(
         [(1, "payload-1", "tenant-a"), (2, "payload-2", None)], "id INT, body STRING, tenant STRING"
@@ -134,7 +133,8 @@ def test_value_and_header_columns(spark, settings, bootstrap, make_topic):
         producer_config=settings,
         key_column="id",
     )
-    with_protocol_commit(settings, batch, with_json)
+    for prepared in (batch, with_json):
+        assert set(commit_all(protocol, prepared)) == {Outcome.COMMITTED}
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": unique_id(), "enable.auto.commit": False}
     )
@@ -153,14 +153,6 @@ def test_value_and_header_columns(spark, settings, bootstrap, make_topic):
         (b"1", b'{"id":1,"tenant":"tenant-a"}', ()),
         (b"2", b'{"id":2}', ()),
     }
-
-
-def with_protocol_commit(settings, *batches: PreparedBatch) -> None:
-    from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-
-    with KafkaProtocol(settings) as protocol:
-        for batch in batches:
-            assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
 
 
 def test_task_killed_mid_write_is_retried_and_still_exactly_once(
