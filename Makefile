@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,spark]'
+	# The Spark provider pulls pyspark-client, which overwrites pyspark's Python files
+	# (pip check does not notice): put the full pyspark back on top.
+	$(BIN)/pip install --quiet --force-reinstall --no-deps pyspark==4.3.0
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .broker.distribution import DEFAULT_KAFKA_VERSION
 from .transaction.audit import audit_topic
 from .transaction.batch import PreparedBatch
 from .transaction.committable import Committable
@@ -89,10 +90,18 @@ def _protocol(args: argparse.Namespace) -> KafkaProtocol:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from .broker import EmbeddedBroker
+    from .broker import KafkaBroker
 
-    with EmbeddedBroker(port=args.port) as broker:
-        _emit({"bootstrap_servers": broker.bootstrap_servers, "pid": broker.pid})
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    with KafkaBroker(args.kafka_version, port=args.port, data_dir=data_dir) as broker:
+        _emit(
+            {
+                "bootstrap_servers": broker.bootstrap_servers,
+                "pid": broker.pid,
+                "kafka_version": broker.version,
+                "log": str(broker.log_path),
+            }
+        )
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
@@ -207,7 +216,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _cmd_txn_list(args: argparse.Namespace) -> int:
     with _protocol(args) as protocol:
-        _emit({"transactions": protocol.list_transactions()})
+        listed = protocol.list_transactions(args.prefix, args.state or None)
+        _emit({"transactions": listed})
     return 0
 
 
@@ -260,9 +270,23 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     sub = command(
-        "broker", _cmd_broker, "run the embedded broker (Tansu) until stopped", kafka=False
+        "broker",
+        _cmd_broker,
+        "run one Apache Kafka node (KRaft) on loopback until stopped; "
+        "its jars are fetched from Maven Central on first use",
+        kafka=False,
     )
     sub.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
+    sub.add_argument(
+        "--kafka-version",
+        default=DEFAULT_KAFKA_VERSION,
+        help=f"Apache Kafka release (default {DEFAULT_KAFKA_VERSION})",
+    )
+    sub.add_argument(
+        "--data-dir",
+        help="storage, config and broker.log; kept, and reused on the next start "
+        "(default: a temporary directory removed at exit)",
+    )
 
     topic = commands.add_parser("topic", help="topic administration").add_subparsers(
         required=True, metavar="ACTION", parser_class=_Parser
@@ -312,7 +336,14 @@ def _parser() -> argparse.ArgumentParser:
     txn = commands.add_parser("txn", help="broker-side transaction listing").add_subparsers(
         required=True, metavar="ACTION", parser_class=_Parser
     )
-    command("list", _cmd_txn_list, "list open transactions (ListTransactions)", parent=txn)
+    sub = command("list", _cmd_txn_list, "list transactions (ListTransactions)", parent=txn)
+    sub.add_argument(
+        "--prefix",
+        help="only transactional ids starting with this (a broker-side pattern on Kafka 4.1+)",
+    )
+    sub.add_argument(
+        "--state", action="append", help="only these states (Ongoing, PrepareCommit, ...)"
+    )
     sub = command("describe", _cmd_txn_describe, "describe transactions by id", parent=txn)
     sub.add_argument("--transactional-id", required=True, action="append")
     return parser

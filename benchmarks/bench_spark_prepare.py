@@ -1,6 +1,6 @@
 """Benchmark of the Spark prepare phase against its non-transactional twin and Airflow's operator.
 
-What it measures, side by side in one run, against the embedded broker (Tansu) and an
+What it measures, side by side in one run, against a local Apache Kafka broker and an
 in-process Spark session (``local[2]``); rows are about 200 bytes (key: the id as text;
 value: the row as JSON, encoded by Spark), written into ``--partitions`` Spark partitions
 and as many Kafka partitions:
@@ -523,7 +523,7 @@ class Bench:
         return topic
 
     def delete_topic(self, topic: str) -> None:
-        """Free the broker's memory (Tansu keeps everything in RAM)."""
+        """Free the broker's memory (between rounds)."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient(self.config)
@@ -772,7 +772,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
     parser.add_argument(
-        "--bootstrap-servers", help="use this Kafka cluster instead of starting the embedded broker"
+        "--bootstrap-servers", help="use this Kafka cluster instead of a local Apache Kafka broker"
+    )
+    parser.add_argument(
+        "--kafka-version",
+        default="4.4.0",  # DEFAULT_KAFKA_VERSION; imported late, after the argument check
+        help="Apache Kafka release of the local broker (fetched from Maven Central once)",
     )
     for name in ("child-rows", "child-topic", "child-bootstrap", "child-result"):
         parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
@@ -794,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
 
-    from airflow_provider_kafka2pc.broker import EmbeddedBroker
+    from airflow_provider_kafka2pc.broker import KafkaBroker
     from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
     rows, parts = args.rows, args.partitions
@@ -811,9 +816,10 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         servers, broker_pid = args.bootstrap_servers, None
         if not servers:
-            broker = stack.enter_context(EmbeddedBroker(log_path=WORK_DIR / "broker.log"))
+            local = KafkaBroker(args.kafka_version, data_dir=WORK_DIR / "kafka")
+            broker = stack.enter_context(local)
             servers, broker_pid = broker.bootstrap_servers, broker.pid
-            print(f"embedded broker pid {broker_pid} at {servers}", flush=True)
+            print(f"Apache Kafka {args.kafka_version} pid {broker_pid} at {servers}", flush=True)
         else:
             print(f"broker {servers} (not started here: its CPU is not counted)", flush=True)
         protocol = stack.enter_context(KafkaProtocol({"bootstrap.servers": servers}))

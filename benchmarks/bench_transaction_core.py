@@ -2,7 +2,7 @@
 
 Why: the provider is only worth using if exactly-once costs little over a plain producer,
 and if finishing many prepared transactions from one process (the commit task) is quick.
-Two measurements, each against a real broker (the embedded Tansu, or ``--bootstrap-servers``):
+Two measurements, each against Apache Kafka (a local broker, or ``--bootstrap-servers``):
 
 (a) Writer throughput. ``TransactionalWriter.write`` of N records (distinct keys, fixed-size
     values, pre-built so generation is not timed; timed from the call until the committable
@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import Producer
 
-from airflow_provider_kafka2pc.broker import EmbeddedBroker
+from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.transaction.audit import COMMITTED, AuditReport, audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
@@ -538,7 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--txn-records", type=int, default=10, help="records per committable")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--bootstrap-servers", help="use this cluster instead of starting the embedded broker"
+        "--bootstrap-servers", help="use this cluster instead of a local Apache Kafka broker"
+    )
+    parser.add_argument(
+        "--kafka-version",
+        default=DEFAULT_KAFKA_VERSION,
+        help="Apache Kafka release of the local broker (fetched from Maven Central once)",
     )
     args = parser.parse_args(argv)
 
@@ -547,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         servers = args.bootstrap_servers
         if not servers:
-            servers = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+            servers = stack.enter_context(KafkaBroker(args.kafka_version)).bootstrap_servers
         else:
             stack.callback(delete_topics, servers, topics)  # runs last, even after a failure
         config: dict[str, Any] = {"bootstrap.servers": servers}

@@ -1,4 +1,4 @@
-"""Fixtures: one real broker per session (embedded Tansu, or a cluster named by env)."""
+"""Fixtures: one Apache Kafka broker per test session and version (or a cluster named by env)."""
 
 from __future__ import annotations
 
@@ -12,24 +12,99 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import EmbeddedBroker
+from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.transaction.audit import AuditReport, audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.transaction.visible import Visible, read_committed
 
-#: Point the suite at a real Apache Kafka cluster instead of the embedded broker.
+#: Point the suite at a running Apache Kafka cluster instead of the local broker.
 REAL_KAFKA_ENV = "KAFKA2PC_TEST_BOOTSTRAP"
+#: The newest 3.x: classic transactions only (EndTxn <= v4, no KIP-890).
+CLASSIC_KAFKA_VERSION = "3.9.2"
+BOTH_VERSIONS = (DEFAULT_KAFKA_VERSION, CLASSIC_KAFKA_VERSION)
+
+#: Test brokers check for timed-out transactions every half second (default 10 s), so
+#: a real transaction timeout of a few seconds is observed within a test.
+TEST_BROKER_CONFIG = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``kafka_versions(...)`` run once per version (a broker each)."""
+    marker = metafunc.definition.get_closest_marker("kafka_versions")
+    if marker and "kafka_version" in metafunc.fixturenames:
+        versions = list(marker.args) or list(BOTH_VERSIONS)
+        metafunc.parametrize(
+            "kafka_version",
+            versions,
+            indirect=True,
+            scope="session",
+            ids=[f"kafka-{v}" for v in versions],
+        )
+
+
+class BrokerPool:
+    """Starts each version's broker on first use and stops them all at the end."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._brokers: dict[str, KafkaBroker] = {}
+
+    def get(self, version: str) -> KafkaBroker:
+        if version not in self._brokers:
+            broker = KafkaBroker(
+                version, data_dir=self._root / f"kafka-{version}", config=TEST_BROKER_CONFIG
+            )
+            self._brokers[version] = broker.start()
+        return self._brokers[version]
+
+    def stop(self) -> None:
+        for broker in self._brokers.values():
+            broker.stop()
 
 
 @pytest.fixture(scope="session")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def broker_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPool]:
+    pool = BrokerPool(tmp_path_factory.mktemp("brokers"))
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_version(request: pytest.FixtureRequest) -> str:
+    return getattr(request, "param", DEFAULT_KAFKA_VERSION)
+
+
+@pytest.fixture
+def kafka_broker(broker_pool: BrokerPool, kafka_version: str) -> KafkaBroker:
+    """The shared broker of this test's version; never kill it (see ``own_broker``)."""
+    if os.environ.get(REAL_KAFKA_ENV):
+        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+    return broker_pool.get(kafka_version)
+
+
+@pytest.fixture
+def bootstrap(broker_pool: BrokerPool, kafka_version: str) -> str:
     external = os.environ.get(REAL_KAFKA_ENV)
     if external:
-        yield external
-        return
-    log_path = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with EmbeddedBroker(log_path=log_path) as broker:
-        yield broker.bootstrap_servers
+        if kafka_version != DEFAULT_KAFKA_VERSION:
+            pytest.skip(f"{REAL_KAFKA_ENV} names one cluster")
+        return external
+    return broker_pool.get(kafka_version).bootstrap_servers
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path, kafka_version: str) -> Iterator[KafkaBroker]:
+    """A broker of this test's own, for tests that crash or restart it."""
+    if os.environ.get(REAL_KAFKA_ENV):
+        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+    broker = KafkaBroker(kafka_version, data_dir=tmp_path / "kafka", config=TEST_BROKER_CONFIG)
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
 
 
 @pytest.fixture
@@ -66,6 +141,39 @@ def unique_id(prefix: str = "tx") -> str:
 
 def audit(protocol: KafkaProtocol, topic: str, *committables: Committable) -> AuditReport:
     return audit_topic(protocol, topic, committables, duplicates=True)
+
+
+def assert_exactly_once(
+    protocol: KafkaProtocol,
+    bootstrap: str,
+    topic: str,
+    *committables: Committable,
+    committed: int,
+    aborted: int | None = None,
+    open_: int = 0,
+    keys_unique: bool = True,
+) -> tuple[AuditReport, Visible]:
+    """Two independent witnesses agree: the markers (our audit) and the broker itself
+    (a read_committed consumer). Committed records counted once, no duplicate key,
+    aborted records invisible, nothing open (unless ``open_`` says so)."""
+    report = audit(protocol, topic, *committables)
+    totals = report.totals
+    assert totals["committed"] == committed, report.to_dict()
+    assert totals["open"] == open_, report.to_dict()
+    if aborted is not None:
+        assert totals["aborted"] == aborted, report.to_dict()
+    if keys_unique:
+        assert report.duplicates["extra_copies"] == 0, report.duplicates
+    seen = read_committed({"bootstrap.servers": bootstrap}, topic, timeout_s=3 if open_ else 15)
+    if not open_:
+        assert not seen.stalled, seen.to_dict()
+        # Everything committed is visible and nothing else: aborted records are not.
+        assert seen.total == committed, (seen.to_dict(), totals)
+    else:
+        assert seen.total <= committed, (seen.to_dict(), totals)
+    if keys_unique:
+        assert seen.duplicate_keys == 0, seen.to_dict()
+    return report, seen
 
 
 def cli(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyspark
 
-from airflow_provider_kafka2pc.broker import free_port
+from airflow_provider_kafka2pc.broker.node import free_port
 from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF
 
 SPARK_CLASS = str(Path(pyspark.__file__).parent / "bin" / "spark-class")

@@ -60,36 +60,41 @@ def test_broker_command_serves_until_stopped():
     assert gone.returncode != 0
 
 
-def test_txn_list_and_describe_where_the_broker_offers_them(bootstrap, protocol, settings, topic):
-    tid = unique_id()
-    TransactionalWriter(settings, tid).write(topic, [(b"k", b"v")])
-    listed = cli("txn", "list", "-b", bootstrap)
-    described = cli("txn", "describe", "-b", bootstrap, "--transactional-id", tid)
-    if protocol.api_version(ApiKey.LIST_TRANSACTIONS) is None:
-        assert listed.returncode == 1
-        assert json.loads(listed.stdout)["error"] == "UnsupportedError"
-    else:
-        ids = [t["transactional_id"] for t in json.loads(listed.stdout)["transactions"]]
-        assert tid in ids
-    if protocol.api_version(ApiKey.DESCRIBE_TRANSACTIONS) is None:
-        assert json.loads(described.stdout)["error"] == "UnsupportedError"
-    else:
-        (entry,) = json.loads(described.stdout)["transactions"]
-        assert entry["state"].endswith("ONGOING") or "Ongoing" in entry["state"]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "airflow_provider_kafka2pc.cli",
-            "fence",
-            "-b",
-            bootstrap,
-            "--transactional-id",
+@pytest.mark.kafka_versions()
+def test_txn_list_and_describe_show_an_open_prepared_transaction(
+    bootstrap, protocol, settings, topic, kafka_version
+):
+    prefix = unique_id("listed")
+    tid, other = f"{prefix}-0", unique_id("other")
+    mine = TransactionalWriter(settings, tid).write(topic, [(b"k", b"v")])
+    TransactionalWriter(settings, other).write(topic, [(b"k2", b"v2")])
+    try:
+        listed = cli("txn", "list", "-b", bootstrap, "--prefix", prefix)
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        (row,) = json.loads(listed.stdout)["transactions"]
+        assert (row["transactional_id"], row["state"], row["producer_id"]) == (
             tid,
-        ],
-        check=True,
-        capture_output=True,
-    )
+            "Ongoing",
+            mine.producer_id,
+        )
+        # The id pattern filter exists from Kafka 4.1 (ListTransactions v2, KIP-1152).
+        pattern_on_broker = protocol.api_version(ApiKey.LIST_TRANSACTIONS) >= 2
+        assert pattern_on_broker == (tuple(map(int, kafka_version.split(".")[:2])) >= (4, 1))
+        assert row["filtered_by"] == ("broker" if pattern_on_broker else "client")
+
+        described = cli("txn", "describe", "-b", bootstrap, "--transactional-id", tid)
+        (entry,) = json.loads(described.stdout)["transactions"]
+        assert entry["state"] == "Ongoing"
+        assert (entry["producer_id"], entry["producer_epoch"]) == (
+            mine.producer_id,
+            mine.producer_epoch,
+        )
+        assert entry["partitions"] == sorted(f"{p.topic}-{p.partition}" for p in mine.partitions)
+    finally:
+        for t in (tid, other):
+            assert cli("fence", "-b", bootstrap, "--transactional-id", t).returncode == 0
+    after = cli("txn", "list", "-b", bootstrap, "--prefix", prefix, "--state", "Ongoing")
+    assert json.loads(after.stdout)["transactions"] == []
 
 
 def test_demo_proves_exactly_once():

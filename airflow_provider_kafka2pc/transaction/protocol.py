@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -380,19 +380,35 @@ class KafkaProtocol:
         except kafka_errors.TopicAlreadyExistsError:
             raise ProtocolError(f"topic {topic!r} already exists", "TOPIC_ALREADY_EXISTS") from None
 
-    def list_transactions(self) -> list[dict[str, Any]]:
-        self._require(ApiKey.LIST_TRANSACTIONS)
-        by_broker = self._admin_client().list_transactions()
-        return [
+    def list_transactions(
+        self, prefix: str | None = None, states: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Transactions the coordinators know, optionally those whose id starts with ``prefix``.
+
+        The prefix goes to the broker as an id pattern where ListTransactions v2 (Kafka
+        4.1+, KIP-1152) offers one; older brokers list everything and we filter here.
+        ``filtered_by`` in each row says which.
+        """
+        version = self._require(ApiKey.LIST_TRANSACTIONS)
+        on_broker = prefix is not None and version >= 2
+        by_broker = self._admin_client().list_transactions(
+            state_filters=list(states) if states else None,
+            transactional_id_pattern=_java_prefix_pattern(prefix) if on_broker and prefix else None,
+        )
+        rows = [
             {
                 "broker": broker,
                 "transactional_id": t.transactional_id,
                 "producer_id": t.producer_id,
-                "state": str(t.transaction_state),
+                "state": _state_name(t.state),
+                "filtered_by": "broker" if on_broker else ("client" if prefix else None),
             }
             for broker, listings in by_broker.items()
             for t in listings
         ]
+        if prefix is not None:
+            rows = [r for r in rows if r["transactional_id"].startswith(prefix)]
+        return sorted(rows, key=lambda r: r["transactional_id"])
 
     def describe_transactions(self, transactional_ids: list[str]) -> list[dict[str, Any]]:
         self._require(ApiKey.DESCRIBE_TRANSACTIONS)
@@ -400,7 +416,7 @@ class KafkaProtocol:
         return [
             {
                 "transactional_id": tid,
-                "state": str(d.state),
+                "state": _state_name(d.state),
                 "producer_id": d.producer_id,
                 "producer_epoch": d.producer_epoch,
                 "coordinator": d.coordinator_id,
@@ -410,6 +426,18 @@ class KafkaProtocol:
             }
             for tid, d in described.items()
         ]
+
+
+def _java_prefix_pattern(prefix: str) -> str:
+    """A Java regex for the broker, which full-matches it: the prefix quoted, then anything."""
+    if "\\E" in prefix:
+        raise ValueError(f"transactional id prefix {prefix!r} contains \\E")
+    return f"\\Q{prefix}\\E.*"
+
+
+def _state_name(state: Any) -> str:
+    """Kafka's own spelling of a transaction state (Ongoing, PrepareCommit, ...)."""
+    return str(getattr(state, "value", state))
 
 
 def _parse_batches(raw: bytes | None, with_keys: bool) -> list[LogBatch]:

@@ -1,0 +1,178 @@
+"""Fetch Apache Kafka's broker jars from Maven Central once per version, with Apache Ivy.
+
+Why Ivy: a user's machine must not need Maven. PySpark ships Ivy
+(``pyspark/jars/ivy-*.jar``) to resolve ``--packages``; it resolves Maven coordinates
+with the Java the broker needs anyway. The jars land in ``<cache>/kafka-<version>/lib``
+through a temporary directory and a rename, under a file lock, so a half-finished or
+concurrent fetch is never used.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+from ..transaction.errors import ConfigurationError, Kafka2pcError
+
+#: The newest 4.x that passes the whole suite; docker-compose.yml pins the same.
+DEFAULT_KAFKA_VERSION = "4.4.0"
+
+#: Where jars are cached: $KAFKA2PC_CACHE_DIR, else $XDG_CACHE_HOME/kafka2pc, else ~/.cache.
+CACHE_ENV = "KAFKA2PC_CACHE_DIR"
+#: An Ivy jar to use instead of PySpark's.
+IVY_JAR_ENV = "KAFKA2PC_IVY_JAR"
+
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/org/apache/kafka/kafka_2.13/"
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+class BrokerFetchError(Kafka2pcError):
+    """Apache Kafka could not be fetched; the message names the version and cache path."""
+
+
+def cache_root() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kafka2pc"
+
+
+def java_binary() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and Path(home, "bin", "java").exists():
+        return str(Path(home, "bin", "java"))
+    found = shutil.which("java")
+    if found is None:
+        raise ConfigurationError(
+            "Apache Kafka needs a Java 17+ runtime: install one (Debian: "
+            "openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    return found
+
+
+def ivy_jar() -> str:
+    if os.environ.get(IVY_JAR_ENV):
+        return os.environ[IVY_JAR_ENV]
+    try:
+        import pyspark
+    except ImportError:
+        raise ConfigurationError(
+            "fetching Apache Kafka needs Apache Ivy, which comes with PySpark: "
+            "pip install 'airflow-provider-kafka2pc[spark]', or set "
+            f"{IVY_JAR_ENV} to an ivy jar"
+        ) from None
+    jars = sorted(glob.glob(str(Path(pyspark.__file__).parent / "jars" / "ivy-*.jar")))
+    if not jars:
+        raise ConfigurationError(f"no ivy-*.jar in PySpark's jars; set {IVY_JAR_ENV}")
+    return jars[-1]
+
+
+def major(version: str) -> int:
+    return int(version.split(".", 1)[0])
+
+
+def _slf4j_binding(version: str) -> tuple[str, str, str]:
+    """The logging binding Kafka's POM leaves out: log4j 2 from 4.0, reload4j before."""
+    if major(version) >= 4:
+        return ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.24.3")
+    return ("org.slf4j", "slf4j-reload4j", "1.7.36")
+
+
+def _ivy_module(version: str) -> str:
+    deps = [("org.apache.kafka", "kafka_2.13", version), _slf4j_binding(version)]
+    lines = "\n".join(
+        f"    <dependency org={quoteattr(o)} name={quoteattr(n)} rev={quoteattr(r)} "
+        'conf="default->default"/>'
+        for o, n, r in deps
+    )
+    return (
+        '<ivy-module version="2.0">\n'
+        '  <info organisation="kafka2pc" module="kafka-broker"/>\n'
+        f"  <dependencies>\n{lines}\n  </dependencies>\n</ivy-module>\n"
+    )
+
+
+def kafka_home(version: str, cache_dir: Path | None = None) -> Path:
+    return (cache_dir or cache_root()) / f"kafka-{version}"
+
+
+def fetch_kafka(
+    version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = None, timeout_s: float = 600
+) -> Path:
+    """Return the directory of Apache Kafka ``version``'s jars, fetching them on first use."""
+    if not _VERSION.match(version):
+        raise ConfigurationError(f"Kafka version {version!r} is not of the form 4.4.0")
+    home = kafka_home(version, cache_dir)
+    lib = home / "lib"
+    if (home / ".complete").exists():
+        return lib
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f".kafka-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (home / ".complete").exists():  # another process fetched it meanwhile
+            return lib
+        staging = Path(tempfile.mkdtemp(prefix=f".kafka-{version}-", dir=home.parent))
+        try:
+            _resolve(version, staging, home.parent / "ivy-cache", timeout_s)
+            (staging / ".complete").write_text(version + "\n")
+            shutil.rmtree(home, ignore_errors=True)
+            staging.rename(home)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return lib
+
+
+def _resolve(version: str, target: Path, ivy_cache: Path, timeout_s: float) -> None:
+    module = target / "ivy.xml"
+    module.write_text(_ivy_module(version))
+    command = [
+        java_binary(),
+        "-jar",
+        ivy_jar(),
+        "-ivy",
+        str(module),
+        "-cache",
+        str(ivy_cache),
+        "-confs",
+        "default",
+        "-retrieve",
+        str(target / "lib" / "[artifact]-[revision](-[classifier]).[ext]"),
+    ]
+    where = f"Apache Kafka {version} into {target.parent / f'kafka-{version}'}"
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise BrokerFetchError(
+            f"fetching {where} from Maven Central took over {timeout_s:.0f} s"
+        ) from None
+    jars = list((target / "lib").glob(f"kafka_2.13-{version}.jar"))
+    if done.returncode != 0 or not jars:
+        raise BrokerFetchError(
+            f"could not fetch {where} from Maven Central: {_ivy_reason(done.stdout)}. "
+            f"Check that the version exists ({MAVEN_CENTRAL}) and that this machine "
+            "reaches Maven Central"
+        )
+
+
+def _ivy_reason(output: str) -> str:
+    """The line of Ivy's output that says why, not its whole report."""
+    for pattern in (
+        r"::\s+(\S+#\S+;\S+: not found)",
+        r"(UnknownHostException[^\n]*)",
+        r"(Connection refused[^\n]*)",
+        r"(SSL[^\n]*)",
+        r"(ERROR: [^\n]*)",
+    ):
+        match = re.search(pattern, output)
+        if match:
+            return match.group(1).strip()
+    return "Ivy failed (unresolved dependencies)"

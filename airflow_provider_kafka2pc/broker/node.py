@@ -1,0 +1,334 @@
+"""One Apache Kafka KRaft node (broker and controller in one JVM) on loopback.
+
+It formats its storage once, starts on free ports (kept in the data directory so a
+restart on the same data serves the same address), waits until the broker reports
+itself started, logs to a file, and stops or kills exactly its own process. The JVM
+gets PR_SET_PDEATHSIG so it never outlives the process that started it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from ..transaction.errors import Kafka2pcError
+from .distribution import DEFAULT_KAFKA_VERSION, fetch_kafka, java_binary, major
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+_STARTED = "Kafka Server started"
+
+#: Settings a one-node cluster needs (replication factors of the internal topics), and
+#: the ones that keep it small; ``config`` overrides any of them.
+BASE_CONFIG: dict[str, str] = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "num.partitions": "1",
+    # Topics are created on purpose; a typo must fail, not create a topic.
+    "auto.create.topics.enable": "false",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "8",
+    "group.initial.rebalance.delay.ms": "0",
+}
+CONFIG_4X: dict[str, str] = {
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+
+_LOG4J2 = """\
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = INFO
+logger.txn.name = kafka.coordinator.transaction
+logger.txn.level = INFO
+logger.txn2.name = org.apache.kafka.coordinator.transaction
+logger.txn2.level = INFO
+"""
+_LOG4J1 = """\
+log4j.rootLogger=WARN, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.server.KafkaRaftServer=INFO
+log4j.logger.kafka.coordinator.transaction=INFO
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class KafkaBroker:
+    """An Apache Kafka node of ``version`` on loopback.
+
+    :param version: Apache Kafka release, fetched from Maven Central on first use.
+    :param data_dir: storage, configuration and logs; kept. A temporary directory,
+        removed on :meth:`stop`, when None.
+    :param port: client port; a free one (or the one this data directory used) when None.
+    :param config: broker settings over :data:`BASE_CONFIG`.
+    :param heap_mb: the JVM's maximum heap.
+    """
+
+    def __init__(
+        self,
+        version: str = DEFAULT_KAFKA_VERSION,
+        *,
+        data_dir: Path | None = None,
+        port: int | None = None,
+        config: Mapping[str, str] | None = None,
+        heap_mb: int = 768,
+        cache_dir: Path | None = None,
+    ) -> None:
+        self.version = version
+        self._temporary = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="kafka2pc-"))
+        self._requested_port = port
+        self._config = dict(config or {})
+        self._heap_mb = heap_mb
+        self._cache_dir = cache_dir
+        self._process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.controller_port = 0
+
+    # -- where things are ---------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self, timeout_s: float = 90.0) -> KafkaBroker:
+        """Fetch (once), format (once), start, and wait until the broker serves."""
+        lib = fetch_kafka(self.version, self._cache_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._pick_ports()
+        properties = self._write_config()
+        classpath = str(lib / "*")
+        if not (self.data_dir / "data" / "meta.properties").exists():
+            self._format(classpath, properties)
+        logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.data_dir / "stdout.log", "ab") as out:
+            self._process = subprocess.Popen(
+                [*self._java(classpath), "kafka.Kafka", str(properties)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                self._process = None
+                raise Kafka2pcError(
+                    f"Apache Kafka {self.version} exited with code {code} while starting; "
+                    f"see {self.log_path} and {self.data_dir / 'stdout.log'}"
+                    f"{self._tail()}"
+                )
+            if self._started_since(logged_before) and self._listening():
+                log.info(
+                    "Apache Kafka %s serving at %s (pid %d, %.1f s, data %s)",
+                    self.version,
+                    self.bootstrap_servers,
+                    self._process.pid,
+                    time.monotonic() - started,
+                    self.data_dir,
+                )
+                return self
+            time.sleep(0.1)
+        self.kill()
+        raise Kafka2pcError(
+            f"Apache Kafka {self.version} did not start within {timeout_s:.0f} s; "
+            f"see {self.log_path}{self._tail()}"
+        )
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Shut our own broker down cleanly (SIGTERM), killing it if it hangs."""
+        self._signal(signal.SIGTERM, timeout_s)
+        if self._temporary:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """``kill -9`` our own broker: a crash; the data directory stays for a restart."""
+        self._signal(signal.SIGKILL, 10.0)
+
+    def restart(self, timeout_s: float = 90.0) -> KafkaBroker:
+        """Start again on the same data directory and port (after :meth:`kill`)."""
+        self._signal(signal.SIGTERM, 30.0)
+        return self.start(timeout_s)
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start() if self._process is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ----------------------------------------------------------
+
+    def _signal(self, signum: int, timeout_s: float) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signum)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("Apache Kafka pid %d ignored signal %d; killing it", process.pid, signum)
+            process.kill()
+            process.wait(timeout=10)
+
+    def _pick_ports(self) -> None:
+        saved = self.data_dir / "ports.json"
+        ports = json.loads(saved.read_text()) if saved.exists() else {}
+        port = self._requested_port or ports.get("port")
+        cport = ports.get("controller_port")
+        self.port = port if port and _port_free(port) else free_port()
+        if not (cport and cport != self.port and _port_free(cport)):
+            cport = free_port()
+            while cport == self.port:
+                cport = free_port()
+        self.controller_port = cport
+        saved.write_text(json.dumps({"port": self.port, "controller_port": cport}))
+
+    def _write_config(self) -> Path:
+        config = dict(BASE_CONFIG)
+        if major(self.version) >= 4:
+            config.update(CONFIG_4X)
+        config.update(
+            {
+                "controller.quorum.voters": f"1@{HOST}:{self.controller_port}",
+                "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "log.dirs": str(self.data_dir / "data"),
+            }
+        )
+        config.update(self._config)
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_path))
+        (self.data_dir / "log4j.properties").write_text(_LOG4J1.format(log=self.log_path))
+        return path
+
+    def _java(self, classpath: str) -> list[str]:
+        return [
+            java_binary(),
+            f"-Xmx{self._heap_mb}m",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",
+            f"-Dkafka.logs.dir={self.data_dir}",
+            "-cp",
+            classpath,
+        ]
+
+    def _format(self, classpath: str, properties: Path) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        done = subprocess.run(
+            [
+                *self._java(classpath),
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(properties),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise Kafka2pcError(
+                f"formatting Apache Kafka {self.version} storage in {self.data_dir} failed: "
+                f"{(done.stderr or done.stdout).strip()[-2000:]}"
+            )
+
+    def _started_since(self, offset: int) -> bool:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return _STARTED.encode() in f.read()
+        except FileNotFoundError:
+            return False
+
+    def _listening(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def _tail(self, lines: int = 15) -> str:
+        texts = []
+        for path in (self.log_path, self.data_dir / "stdout.log"):
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                texts.append("\n".join(tail))
+        return ("\n--- last lines ---\n" + "\n".join(texts)) if texts else ""
