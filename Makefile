@@ -29,10 +29,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_transaction_core.py
 
-# Compares with the official Airflow Kafka provider's ProduceToTopicOperator, so it
-# installs Airflow into the venv first (about 1 GB; the tests do not need it).
+# Compares with the official Airflow Kafka provider's ProduceToTopicOperator (a dependency).
 bench-spark: $(STAMP)
-	$(BIN)/pip install --quiet apache-airflow==3.3.2 apache-airflow-providers-apache-kafka
 	$(BIN)/python benchmarks/bench_spark_prepare.py
 
 clean:

@@ -30,7 +30,7 @@ COPY --chown=airflow:root . /opt/kafka2pc
 # the --no-deps reinstall below cannot bring them.
 RUN pip install --no-cache-dir \
       "apache-airflow==${AIRFLOW_VERSION}" \
-      "/opt/kafka2pc[spark]" \
+      "/opt/kafka2pc[spark,postgres]" \
       apache-airflow-providers-apache-spark \
       "pyspark==${PYSPARK_VERSION}"
 

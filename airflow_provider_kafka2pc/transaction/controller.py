@@ -234,12 +234,21 @@ class TransactionController:
                 looked_back = True
                 waiting = unmarked
                 whole = self._states([committables[i] for i in waiting])
-                for i, state in zip(waiting, whole, strict=True):
-                    if None not in state.markers:
+                # Apache Kafka writes markers after answering EndTxn: ours may have landed
+                # between the two reads, so what the look-back finds is only "already" if
+                # it still lies before the ends noted first.
+                found = [i for i, st in zip(waiting, whole, strict=True) if None not in st.markers]
+                late = self._states([committables[i] for i in found], since=ends)
+                for i, fresh_now in zip(found, late, strict=True):
+                    state = whole[waiting.index(i)]
+                    if None not in fresh_now.markers:
+                        outcome = self._from_markers(fresh_now, commit, sent=True)
+                        reason = "EndTxn answered NONE"
+                    else:
                         outcome = self._from_markers(state, commit, sent=False)
-                        if outcome is not None:
-                            reason = "EndTxn answered NONE; markers were already in the log"
-                            resolved(i, outcome, reason, accepted.pop(i))
+                        reason = "EndTxn answered NONE; markers were already in the log"
+                    if outcome is not None:
+                        resolved(i, outcome, reason, accepted.pop(i))
             if accepted and self._clock() >= deadline:
                 ids = [committables[i].transactional_id for i in accepted]
                 raise TransactionInDoubtError(
