@@ -288,7 +288,9 @@ class KafkaBroker:
         ]
 
     def _format(self, classpath: str, properties: Path) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # would be read as an option (Kafka's Uuid avoids it too)
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         done = subprocess.run(
             [
                 *self._java(classpath),
