@@ -16,6 +16,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -28,8 +30,10 @@ DEFAULT_KAFKA_VERSION = "4.4.0"
 CACHE_ENV = "KAFKA2PC_CACHE_DIR"
 #: An Ivy jar to use instead of PySpark's.
 IVY_JAR_ENV = "KAFKA2PC_IVY_JAR"
+#: A Maven repository root to use instead of Maven Central (a mirror or proxy).
+REPOSITORY_ENV = "KAFKA2PC_MAVEN_REPOSITORY"
 
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2/org/apache/kafka/kafka_2.13/"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
@@ -129,13 +133,31 @@ def fetch_kafka(
     return lib
 
 
+def repository() -> str:
+    return os.environ.get(REPOSITORY_ENV) or MAVEN_CENTRAL
+
+
+def _ivy_settings(root: str) -> str:
+    return (
+        "<ivysettings>\n"
+        '  <settings defaultResolver="maven"/>\n'
+        f'  <resolvers><ibiblio name="maven" m2compatible="true" root={quoteattr(root)}/>'
+        "</resolvers>\n"
+        "</ivysettings>\n"
+    )
+
+
 def _resolve(version: str, target: Path, ivy_cache: Path, timeout_s: float) -> None:
     module = target / "ivy.xml"
     module.write_text(_ivy_module(version))
+    settings = target / "ivysettings.xml"
+    settings.write_text(_ivy_settings(repository()))
     command = [
         java_binary(),
         "-jar",
         ivy_jar(),
+        "-settings",
+        str(settings),
         "-ivy",
         str(module),
         "-cache",
@@ -146,33 +168,34 @@ def _resolve(version: str, target: Path, ivy_cache: Path, timeout_s: float) -> N
         str(target / "lib" / "[artifact]-[revision](-[classifier]).[ext]"),
     ]
     where = f"Apache Kafka {version} into {target.parent / f'kafka-{version}'}"
+    source = repository()
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout_s, check=False
         )
     except subprocess.TimeoutExpired:
         raise BrokerFetchError(
-            f"fetching {where} from Maven Central took over {timeout_s:.0f} s"
+            f"fetching {where} from {source} took over {timeout_s:.0f} s"
         ) from None
     jars = list((target / "lib").glob(f"kafka_2.13-{version}.jar"))
     if done.returncode != 0 or not jars:
         raise BrokerFetchError(
-            f"could not fetch {where} from Maven Central: {_ivy_reason(done.stdout)}. "
-            f"Check that the version exists ({MAVEN_CENTRAL}) and that this machine "
-            "reaches Maven Central"
+            f"could not fetch {where} from {source}: {_diagnose(source, version)}. "
+            f"Check that the version exists ({source}org/apache/kafka/kafka_2.13/) and that "
+            f"this machine reaches the repository (set {REPOSITORY_ENV} to use a mirror)"
         )
 
 
-def _ivy_reason(output: str) -> str:
-    """The line of Ivy's output that says why, not its whole report."""
-    for pattern in (
-        r"::\s+(\S+#\S+;\S+: not found)",
-        r"(UnknownHostException[^\n]*)",
-        r"(Connection refused[^\n]*)",
-        r"(SSL[^\n]*)",
-        r"(ERROR: [^\n]*)",
-    ):
-        match = re.search(pattern, output)
-        if match:
-            return match.group(1).strip()
-    return "Ivy failed (unresolved dependencies)"
+def _diagnose(source: str, version: str) -> str:
+    """Ivy says "not found" for a missing version and an unreachable repository alike."""
+    pom = f"{source}org/apache/kafka/kafka_2.13/{version}/kafka_2.13-{version}.pom"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(pom, method="HEAD"), timeout=15):
+            return "Ivy could not resolve its dependencies"
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return f"there is no Apache Kafka {version} ({pom} answers 404)"
+        return f"{pom} answers HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"the repository is unreachable ({reason})"

@@ -1,0 +1,94 @@
+"""The local Apache Kafka broker: fetched once, started, crashed, restarted, stopped."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_kafka2pc.broker import (
+    DEFAULT_KAFKA_VERSION,
+    BrokerFetchError,
+    KafkaBroker,
+    cache_root,
+    fetch_kafka,
+)
+from airflow_provider_kafka2pc.broker.distribution import REPOSITORY_ENV
+from airflow_provider_kafka2pc.transaction.errors import ConfigurationError
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+
+from .conftest import REAL_KAFKA_ENV
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get(REAL_KAFKA_ENV)), reason="tests the local broker itself"
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cached_jars_are_reused():
+    lib = fetch_kafka(DEFAULT_KAFKA_VERSION)
+    assert lib.parent == cache_root() / f"kafka-{DEFAULT_KAFKA_VERSION}"
+    assert (lib / f"kafka_2.13-{DEFAULT_KAFKA_VERSION}.jar").exists()
+    assert fetch_kafka(DEFAULT_KAFKA_VERSION) == lib  # no second fetch: it returns at once
+
+
+def test_unknown_version_names_version_and_cache_path(tmp_path: Path):
+    with pytest.raises(BrokerFetchError) as failed:
+        fetch_kafka("9.9.9", tmp_path)
+    message = str(failed.value)
+    assert "Apache Kafka 9.9.9" in message
+    assert str(tmp_path / "kafka-9.9.9") in message
+    assert "answers 404" in message
+    assert not (tmp_path / "kafka-9.9.9").exists()  # nothing half-fetched left to be used
+
+
+def test_unreachable_repository_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv(REPOSITORY_ENV, f"http://127.0.0.1:{port}/maven2/")
+    with pytest.raises(BrokerFetchError, match="unreachable") as failed:
+        fetch_kafka("4.3.1", tmp_path)
+    assert "4.3.1" in str(failed.value) and str(tmp_path) in str(failed.value)
+
+
+def test_malformed_version_is_refused_before_any_fetch(tmp_path: Path):
+    with pytest.raises(ConfigurationError, match=r"of the form 4\.4\.0"):
+        fetch_kafka("latest", tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_crash_and_restart_on_the_same_data_keeps_address_and_topics(tmp_path: Path):
+    broker = KafkaBroker(data_dir=tmp_path / "kafka").start()
+    try:
+        address, first_pid = broker.bootstrap_servers, broker.pid
+        with KafkaProtocol({"bootstrap.servers": address}) as protocol:
+            protocol.create_topic("survives", 3)
+        broker.kill()  # kill -9: no clean shutdown
+        assert not alive(first_pid)
+        broker.restart()
+        assert broker.bootstrap_servers == address and broker.pid != first_pid
+        with KafkaProtocol({"bootstrap.servers": address}) as protocol:
+            assert sorted(protocol.partition_leaders("survives")) == [0, 1, 2]
+        assert "Kafka Server started" in broker.log_path.read_text()
+    finally:
+        broker.stop()
+    assert not alive(first_pid)
+    assert (tmp_path / "kafka" / "data" / "meta.properties").exists()  # data kept
+
+
+def test_temporary_broker_stops_its_own_process_and_removes_its_directory():
+    with KafkaBroker() as broker:
+        pid, data_dir = broker.pid, broker.data_dir
+        assert alive(pid)
+    assert not alive(pid)
+    assert not data_dir.exists()
