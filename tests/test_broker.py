@@ -16,10 +16,15 @@ from airflow_provider_kafka2pc.broker import (
     fetch_kafka,
 )
 from airflow_provider_kafka2pc.broker.distribution import REPOSITORY_ENV
-from airflow_provider_kafka2pc.transaction.errors import ConfigurationError
+from airflow_provider_kafka2pc.transaction.errors import (
+    BrokerUnreachableError,
+    ConfigurationError,
+    Kafka2pcError,
+)
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
 from .conftest import REAL_KAFKA_ENV
+from .proxy import Mode, TcpProxy
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get(REAL_KAFKA_ENV)), reason="tests the local broker itself"
@@ -92,3 +97,32 @@ def test_temporary_broker_stops_its_own_process_and_removes_its_directory():
         assert alive(pid)
     assert not alive(pid)
     assert not data_dir.exists()
+
+
+def test_sasl_scram_listener_admits_the_right_password_only(tmp_path: Path):
+    with KafkaBroker(data_dir=tmp_path / "kafka", sasl_users={"alice": "alice-pw-1"}) as broker:
+        settings = broker.sasl_settings("alice")
+        with KafkaProtocol(settings) as protocol:
+            protocol.create_topic("secured", 1)
+            assert list(protocol.partition_leaders("secured")) == [0]
+        wrong = {**settings, "sasl.password": "not-it"}
+        with pytest.raises(Kafka2pcError) as refused:
+            KafkaProtocol(wrong, timeout_ms=3000)
+        assert "not-it" not in str(refused.value)
+
+
+def test_proxy_in_front_of_the_broker_can_drop_and_restore_it(tmp_path: Path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        proxy_port = sock.getsockname()[1]
+    broker = KafkaBroker(data_dir=tmp_path / "kafka", advertised_port=proxy_port)
+    with broker, TcpProxy(broker.port, port=proxy_port) as proxy:
+        via_proxy = {"bootstrap.servers": f"127.0.0.1:{proxy.port}"}
+        with KafkaProtocol(via_proxy) as protocol:
+            protocol.create_topic("proxied", 2)
+        proxy.set_mode(Mode.DROP)
+        with pytest.raises(BrokerUnreachableError):
+            KafkaProtocol(via_proxy, timeout_ms=2000)
+        proxy.set_mode(Mode.PASS)
+        with KafkaProtocol(via_proxy) as protocol:
+            assert sorted(protocol.partition_leaders("proxied")) == [0, 1]

@@ -110,7 +110,13 @@ class KafkaBroker:
     :param port: client port; a free one (or the one this data directory used) when None.
     :param config: broker settings over :data:`BASE_CONFIG`.
     :param heap_mb: the JVM's maximum heap.
+    :param sasl_users: user -> password; adds a SASL_PLAINTEXT listener with
+        SCRAM-SHA-512 (credentials stored at format time, so give them on first start).
+    :param advertised_port: the client port to advertise instead of the real one, for a
+        proxy in front of the broker (fault tests): every client then goes through it.
     """
+
+    SASL_MECHANISM = "SCRAM-SHA-512"
 
     def __init__(
         self,
@@ -121,8 +127,13 @@ class KafkaBroker:
         config: Mapping[str, str] | None = None,
         heap_mb: int = 768,
         cache_dir: Path | None = None,
+        sasl_users: Mapping[str, str] | None = None,
+        advertised_port: int | None = None,
     ) -> None:
         self.version = version
+        self._sasl_users = dict(sasl_users or {})
+        self._advertised_port = advertised_port
+        self.sasl_port = 0
         self._temporary = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="kafka2pc-"))
         self._requested_port = port
@@ -138,6 +149,22 @@ class KafkaBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        if not self._sasl_users:
+            raise Kafka2pcError("this broker has no SASL listener (no sasl_users)")
+        return f"{HOST}:{self.sasl_port}"
+
+    def sasl_settings(self, user: str) -> dict[str, str]:
+        """librdkafka-style settings for ``user`` on the SASL listener."""
+        return {
+            "bootstrap.servers": self.sasl_bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": self.SASL_MECHANISM,
+            "sasl.username": user,
+            "sasl.password": self._sasl_users[user],
+        }
 
     @property
     def pid(self) -> int | None:
@@ -242,26 +269,55 @@ class KafkaBroker:
     def _pick_ports(self) -> None:
         saved = self.data_dir / "ports.json"
         ports = json.loads(saved.read_text()) if saved.exists() else {}
-        port = self._requested_port or ports.get("port")
-        cport = ports.get("controller_port")
-        self.port = port if port and _port_free(port) else free_port()
-        if not (cport and cport != self.port and _port_free(cport)):
-            cport = free_port()
-            while cport == self.port:
-                cport = free_port()
-        self.controller_port = cport
-        saved.write_text(json.dumps({"port": self.port, "controller_port": cport}))
+        taken: set[int] = set()
+
+        def pick(name: str, wanted: int | None = None) -> int:
+            port = wanted or ports.get(name)
+            if not (port and port not in taken and _port_free(port)):
+                port = free_port()
+                while port in taken:
+                    port = free_port()
+            taken.add(port)
+            return port
+
+        self.port = pick("port", self._requested_port)
+        self.controller_port = pick("controller_port")
+        self.sasl_port = pick("sasl_port") if self._sasl_users else 0
+        saved.write_text(
+            json.dumps(
+                {
+                    "port": self.port,
+                    "controller_port": self.controller_port,
+                    "sasl_port": self.sasl_port,
+                }
+            )
+        )
 
     def _write_config(self) -> Path:
         config = dict(BASE_CONFIG)
         if major(self.version) >= 4:
             config.update(CONFIG_4X)
+        listeners = [
+            f"PLAINTEXT://{HOST}:{self.port}",
+            f"CONTROLLER://{HOST}:{self.controller_port}",
+        ]
+        advertised = [f"PLAINTEXT://{HOST}:{self._advertised_port or self.port}"]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        if self._sasl_users:
+            listeners.append(f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}")
+            advertised.append(f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}")
+            protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+            mechanism = self.SASL_MECHANISM.lower()
+            config["sasl.enabled.mechanisms"] = self.SASL_MECHANISM
+            config[f"listener.name.sasl_plaintext.{mechanism}.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
         config.update(
             {
                 "controller.quorum.voters": f"1@{HOST}:{self.controller_port}",
-                "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-                "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "listeners": ",".join(listeners),
+                "advertised.listeners": ",".join(advertised),
+                "listener.security.protocol.map": ",".join(protocols),
                 "log.dirs": str(self.data_dir / "data"),
             }
         )
@@ -300,6 +356,7 @@ class KafkaBroker:
                 cluster_id,
                 "-c",
                 str(properties),
+                *self._scram_arguments(),
             ],
             capture_output=True,
             text=True,
@@ -307,10 +364,24 @@ class KafkaBroker:
             check=False,
         )
         if done.returncode != 0:
+            output = (done.stderr or done.stdout).strip()[-2000:]
+            for password in self._sasl_users.values():
+                output = output.replace(password, "***")
             raise Kafka2pcError(
                 f"formatting Apache Kafka {self.version} storage in {self.data_dir} failed: "
-                f"{(done.stderr or done.stdout).strip()[-2000:]}"
+                f"{output}"
             )
+
+    def _scram_arguments(self) -> list[str]:
+        """SCRAM credentials are written into the metadata log when storage is formatted."""
+        out = []
+        for user, password in self._sasl_users.items():
+            if any(c in user + password for c in ",=[]\"'"):
+                raise Kafka2pcError(
+                    f"SASL user {user!r}: name and password may not contain ,=[]\"'"
+                )
+            out += ["--add-scram", f"{self.SASL_MECHANISM}=[name={user},password={password}]"]
+        return out
 
     def _started_since(self, offset: int) -> bool:
         try:
