@@ -76,7 +76,6 @@ END_TXN_ACTIONS: dict[int, Action] = {
 _TERMINAL_FOR_EPOCH = {
     ErrorCode.PRODUCER_FENCED,
     ErrorCode.INVALID_PRODUCER_EPOCH,
-    ErrorCode.INVALID_PRODUCER_ID_MAPPING,
 }
 _RETRIABLE_COORDINATOR = {
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -88,6 +87,25 @@ _RETRIABLE_COORDINATOR = {
 
 def classify_end_txn(code: int) -> Action:
     return END_TXN_ACTIONS.get(code, Action.FATAL)
+
+
+def _unknown_to_coordinator(c: Committable) -> TransactionInDoubtError:
+    """INVALID_PRODUCER_ID_MAPPING with the records not ended in the log.
+
+    The coordinator forgets an id only after its transaction ended (then the markers
+    decide), so open records mean the committable does not name their owner: nobody
+    can end them through this id, and nothing says they will not commit. Not LOST,
+    which would have them written again.
+    """
+    return TransactionInDoubtError(
+        f"the transaction coordinator knows no producer id {c.producer_id} under "
+        f"transactional id {c.transactional_id!r} (INVALID_PRODUCER_ID_MAPPING), yet "
+        "its records have no end marker in the log: the committable names the wrong "
+        "transactional id or cluster. "
+        "Nothing was changed; check the committable, or retry after the transaction's "
+        f"timeout ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(c.deadline_ms / 1000))}), "
+        "when the log decides"
+    )
 
 
 @dataclass(frozen=True)
@@ -302,6 +320,8 @@ class TransactionController:
                         # means the coordinator's abort is still being written.
                         lost = Outcome.LOST if commit else Outcome.ALREADY_ABORTED
                         return lost, f"EndTxn answered {last}, no marker yet", attempt
+                    if code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
+                        raise _unknown_to_coordinator(c)
             if self._clock() >= deadline:
                 raise TransactionInDoubtError(
                     f"{'commit' if commit else 'abort'} of {c.transactional_id!r} unresolved "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,7 +24,13 @@ from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
-from kafka.protocol.producer.transaction import EndTxnRequest, InitProducerIdRequest
+from kafka.protocol.producer.produce import ProduceRequest
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from .errors import BrokerUnreachableError, Kafka2pcError, ProtocolError, UnsupportedError
@@ -34,6 +41,14 @@ log = logging.getLogger(__name__)
 TRANSACTION_COORDINATOR = 1  # FindCoordinator key type
 READ_UNCOMMITTED = 0
 FETCH_MAX_BYTES = 8 * 1024 * 1024
+#: InitProducerId v6 carries KIP-939's Enable2Pc and KeepPreparedTxn.
+INIT_PRODUCER_ID_2PC_VERSION = 6
+#: Produce inside a classic (TV1) transaction: at most v11. v12 means KIP-890 (TV2):
+#: the broker adds the partition to the transaction itself (no AddPartitionsToTxn).
+CLASSIC_PRODUCE_MAX_VERSION = 11
+KIP890_PRODUCE_VERSION = 12
+#: AddPartitionsToTxn v4+ is the broker-to-broker form; clients send at most v3.
+CLIENT_ADD_PARTITIONS_MAX_VERSION = 3
 
 
 class ErrorCode(enum.IntEnum):
@@ -56,6 +71,7 @@ class ErrorCode(enum.IntEnum):
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_VERSION = 35
     TRANSACTIONAL_ID_NOT_FOUND = 105
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
@@ -71,10 +87,12 @@ def error_name(code: int) -> str:
 
 
 class ApiKey(enum.IntEnum):
+    PRODUCE = 0
     FETCH = 1
     METADATA = 3
     FIND_COORDINATOR = 10
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
     END_TXN = 26
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -120,6 +138,17 @@ class InitProducerIdAnswer:
     error: int
     producer_id: int
     producer_epoch: int
+    #: v6 (KIP-939) with keepPreparedTxn: the transaction left open under the id, or -1.
+    ongoing_producer_id: int = -1
+    ongoing_producer_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class ProduceAnswer:
+    """One partition's answer to a Produce request."""
+
+    error: int
+    base_offset: int
 
 
 class TransactionProtocol(Protocol):
@@ -228,6 +257,8 @@ class KafkaProtocol:
             ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
             ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
             ApiKey.END_TXN: EndTxnRequest,
+            ApiKey.PRODUCE: ProduceRequest,
+            ApiKey.ADD_PARTITIONS_TO_TXN: AddPartitionsToTxnRequest,
         }.get(api)
         top = broker[1] if library is None else min(broker[1], library.max_version)
         if cap is not None:
@@ -276,20 +307,152 @@ class KafkaProtocol:
         return self._send(node, request).error_code
 
     def init_producer_id(
-        self, node: int, transactional_id: str, transaction_timeout_ms: int
+        self,
+        node: int,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+        *,
+        enable_2pc: bool = False,
+        keep_prepared_txn: bool = False,
+        version: int | None = None,
     ) -> InitProducerIdAnswer:
-        # v3+ carries producer id/epoch for KIP-360 recovery; we fence with a fresh
-        # init (-1/-1), which every broker version treats as "abort what is open".
-        version = self._require(ApiKey.INIT_PRODUCER_ID, cap=5)
+        """InitProducerId for ``transactional_id``; without keep_prepared_txn it aborts
+        (fences) whatever the id left open.
+
+        ``enable_2pc`` and ``keep_prepared_txn`` are KIP-939's fields, which need v6; a
+        released broker offers v6 only with ``unstable.api.versions.enable`` (see
+        docs/kip-939.md). ``version`` forces a request version, for probes: a broker
+        drops the connection on a version it does not offer (``ConnectionLostError``).
+        """
+        if version is None:
+            if enable_2pc or keep_prepared_txn:
+                version = self._require(
+                    ApiKey.INIT_PRODUCER_ID, minimum=INIT_PRODUCER_ID_2PC_VERSION
+                )
+            else:
+                # v3+ carries producer id/epoch for KIP-360 recovery; we fence with a
+                # fresh init (-1/-1), which every broker treats as "abort what is open".
+                version = self._require(ApiKey.INIT_PRODUCER_ID, cap=5)
+        kip939: dict[str, bool] = {}
+        if version >= INIT_PRODUCER_ID_2PC_VERSION:
+            kip939 = {"enable2_pc": enable_2pc, "keep_prepared_txn": keep_prepared_txn}
+        elif enable_2pc or keep_prepared_txn:
+            raise UnsupportedError(f"InitProducerId v{version} has no KIP-939 fields (v6+)")
         request = InitProducerIdRequest(
             transactional_id=transactional_id,
             transaction_timeout_ms=transaction_timeout_ms,
             producer_id=-1,
             producer_epoch=-1,
             version=version,
+            **kip939,
         )
         answer = self._send(node, request)
-        return InitProducerIdAnswer(answer.error_code, answer.producer_id, answer.producer_epoch)
+        return InitProducerIdAnswer(
+            answer.error_code,
+            answer.producer_id,
+            answer.producer_epoch,
+            getattr(answer, "ongoing_txn_producer_id", -1),
+            getattr(answer, "ongoing_txn_producer_epoch", -1),
+        )
+
+    def offers_two_phase_commit(self) -> bool:
+        """True when the broker's ApiVersions offer InitProducerId v6 (KIP-939).
+
+        Whether ``transaction.two.phase.commit.enable`` is also on shows only in the
+        answer to an InitProducerId with ``enable_2pc`` (docs/kip-939.md).
+        """
+        version = self.api_version(ApiKey.INIT_PRODUCER_ID)
+        return version is not None and version >= INIT_PRODUCER_ID_2PC_VERSION
+
+    # -- transactional writes at protocol level -----------------------------
+    # For probes and tests of what a broker answers (KIP-890 and KIP-939 transactions,
+    # which librdkafka cannot write); the data plane itself is librdkafka (writer.py).
+
+    def add_partitions_to_txn(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        partitions: Sequence[int],
+    ) -> dict[int, int]:
+        """Add partitions to a classic (TV1) transaction; returns partition -> error code."""
+        version = self._require(ApiKey.ADD_PARTITIONS_TO_TXN, cap=CLIENT_ADD_PARTITIONS_MAX_VERSION)
+        request = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=transactional_id,
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+                    name=topic, partitions=list(partitions)
+                )
+            ],
+            version=version,
+        )
+        answer = self._send(node, request)
+        return {
+            p.partition_index: p.partition_error_code
+            for t in answer.results_by_topic_v3_and_below
+            for p in t.results_by_partition
+        }
+
+    def produce_transactional(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        records: Mapping[int, Sequence[tuple[bytes | None, bytes | None]]],
+        *,
+        kip890: bool,
+        base_sequence: int = 0,
+    ) -> dict[int, ProduceAnswer]:
+        """Write one transactional batch per partition to their leader ``node`` (acks=all).
+
+        ``kip890`` sends Produce v12, with which the broker adds each partition to the
+        transaction itself (TV2); otherwise at most v11, after :meth:`add_partitions_to_txn`.
+        Each batch starts at ``base_sequence`` (0 for the first batch of an epoch).
+        """
+        if kip890:
+            version = self._require(
+                ApiKey.PRODUCE, cap=KIP890_PRODUCE_VERSION, minimum=KIP890_PRODUCE_VERSION
+            )
+        else:
+            version = self._require(ApiKey.PRODUCE, cap=CLASSIC_PRODUCE_MAX_VERSION, minimum=3)
+        now_ms = int(time.time() * 1000)
+        data = []
+        for partition, rows in sorted(records.items()):
+            builder = DefaultRecordBatchBuilder(
+                magic=2,
+                compression_type=0,
+                is_transactional=True,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=base_sequence,
+                batch_size=FETCH_MAX_BYTES,
+            )
+            for offset, (key, value) in enumerate(rows):
+                builder.append(offset, now_ms, key, value, [])
+            data.append(
+                ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=partition, records=bytes(builder.build())
+                )
+            )
+        request = ProduceRequest(
+            transactional_id=transactional_id,
+            acks=-1,
+            timeout_ms=self._timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=data)],
+            version=version,
+        )
+        answer = self._send(node, request)
+        return {
+            p.index: ProduceAnswer(p.error_code, p.base_offset)
+            for t in answer.responses
+            for p in t.partition_responses
+        }
 
     # -- log ----------------------------------------------------------------
 
@@ -426,6 +589,14 @@ class KafkaProtocol:
             }
             for tid, d in described.items()
         ]
+
+    def describe_transaction(self, transactional_id: str) -> dict[str, Any] | None:
+        """One id as :meth:`describe_transactions` shows it; None when the coordinator
+        does not know it (TRANSACTIONAL_ID_NOT_FOUND)."""
+        try:
+            return self.describe_transactions([transactional_id])[0]
+        except kafka_errors.TransactionalIdNotFoundError:
+            return None
 
 
 def _java_prefix_pattern(prefix: str) -> str:

@@ -63,6 +63,9 @@ def read_committed(settings: Mapping[str, Any], topic: str, *, timeout_s: float 
         "enable.partition.eof": False,
     }
     consumer = Consumer(config)
+    # A read_committed consumer's watermarks stop at the last stable offset, which would
+    # hide the very stall we look for: the log's end comes from a read_uncommitted one.
+    watermarks = Consumer({**config, "isolation.level": "read_uncommitted"})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
         if metadata.error is not None:
@@ -77,7 +80,7 @@ def read_committed(settings: Mapping[str, Any], topic: str, *, timeout_s: float 
                     continue
                 seen.counts[message.partition()] += 1
                 seen.keys[message.key()] += 1
-            behind = _behind(consumer, topic, partitions)
+            behind = _behind(consumer, watermarks, topic, partitions)
             if not behind:
                 return seen
             if time.monotonic() >= deadline:
@@ -85,13 +88,16 @@ def read_committed(settings: Mapping[str, Any], topic: str, *, timeout_s: float 
                 return seen
     finally:
         consumer.close()
+        watermarks.close()
 
 
-def _behind(consumer: Consumer, topic: str, partitions: list[int]) -> dict[int, dict[str, int]]:
+def _behind(
+    consumer: Consumer, watermarks: Consumer, topic: str, partitions: list[int]
+) -> dict[int, dict[str, int]]:
     behind = {}
     positions = consumer.position([TopicPartition(topic, p) for p in partitions])
     for tp in positions:
-        _, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+        _, high = watermarks.get_watermark_offsets(tp, timeout=5, cached=False)
         position = tp.offset if tp.offset >= 0 else 0
         if position < high:
             behind[tp.partition] = {"position": position, "high_watermark": high}
