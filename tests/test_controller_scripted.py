@@ -57,7 +57,11 @@ def controller(
             Outcome.LOST,
         ),
         ("old-style fencing answer", [Answer(E.INVALID_PRODUCER_EPOCH)], Outcome.LOST),
-        ("id expired or unknown", [Answer(E.INVALID_PRODUCER_ID_MAPPING)], Outcome.LOST),
+        (
+            "id expired after its transaction was aborted",
+            [Answer(E.INVALID_PRODUCER_ID_MAPPING, ABORT)],
+            Outcome.LOST,
+        ),
         (
             "commit of a transaction already aborted",
             [Answer(E.INVALID_TXN_STATE, ABORT)],
@@ -151,6 +155,16 @@ def test_ending_a_finished_transaction_reports_already(commit, answer, expected)
     ctl, _ = controller(broker)
     result = ctl.commit(committable) if commit else ctl.abort(committable)
     assert result.outcome is expected
+    assert broker.count("end_txn") == 1
+
+
+def test_unknown_id_with_unended_records_is_in_doubt_not_lost():
+    """The coordinator forgets an id only after its transaction ended; records without a
+    marker then belong to someone else: LOST would have them written again."""
+    broker = ScriptedBroker(end_txn=[Answer(E.INVALID_PRODUCER_ID_MAPPING)])
+    ctl, _ = controller(broker)
+    with pytest.raises(TransactionInDoubtError, match="INVALID_PRODUCER_ID_MAPPING"):
+        ctl.commit(broker.prepare())
     assert broker.count("end_txn") == 1
 
 

@@ -1,7 +1,8 @@
 """Spark prepare: every Spark partition becomes one prepared transaction, committed elsewhere.
 
 Real Spark (an in-process local session, spark-submit, a standalone cluster), the real
-broker, and the outcome counted from the log's markers after each injected fault.
+broker, and the final state of every test checked by two witnesses: the log's markers
+(our audit) and a read_committed consumer. Runs on the default Kafka version only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.errors import ConfigurationError
 
-from .conftest import audit, cli, unique_id
+from .conftest import assert_exactly_once, audit, cli, unique_id
 from .spark_support import PYTHON_ENV, QUIET_CONF, standalone_cluster
 
 ROWS = 20_000
@@ -55,14 +56,17 @@ def commit_all(protocol, batch: PreparedBatch) -> list[Outcome]:
     return [r.outcome for r in TransactionController(protocol).commit_all(batch.committables)]
 
 
-def assert_exactly_once(report, rows: int) -> None:
-    assert report.totals["committed"] == rows, report.to_dict()
-    assert report.totals["open"] == 0, report.to_dict()
-    assert report.duplicates["extra_copies"] == 0, report.duplicates
+def assert_rows_once(protocol, bootstrap, topic, batch: PreparedBatch, rows: int, **expected):
+    """Both witnesses: ``rows`` committed once each (one key per row), nothing open."""
+    report, seen = assert_exactly_once(
+        protocol, bootstrap, topic, *batch.committables, committed=rows, **expected
+    )
     assert report.duplicates["committed_keys"] == rows
+    assert len(seen.keys) == rows
+    return report
 
 
-def test_every_partition_prepares_one_transaction(spark, settings, protocol, make_topic):
+def test_every_partition_prepares_one_transaction(spark, settings, bootstrap, protocol, make_topic):
     topic = make_topic(4)
     leased = ids(8)
     batch = prepare_dataframe(
@@ -79,10 +83,12 @@ def test_every_partition_prepares_one_transaction(spark, settings, protocol, mak
     assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
 
     assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
-    assert_exactly_once(audit(protocol, topic, *batch.committables), ROWS)
+    assert_rows_once(protocol, bootstrap, topic, batch, ROWS, aborted=0)
 
 
-def test_membership_is_stable_across_recomputation(spark, settings, protocol, make_topic):
+def test_membership_is_stable_across_recomputation(
+    spark, settings, bootstrap, protocol, make_topic
+):
     """A recomputed partition holds the same records: the re-write of a lost one relies on it."""
     topic = make_topic(2)
     first = prepare_dataframe(
@@ -103,13 +109,16 @@ def test_membership_is_stable_across_recomputation(spark, settings, protocol, ma
     keyless = [
         prepare_dataframe(
             source(spark, 5000), topic=topic, transactional_ids=ids(3), producer_config=settings
-        ).partition_rows
+        )
         for _ in range(2)
     ]
-    assert keyless[0] == keyless[1]
+    assert keyless[0].partition_rows == keyless[1].partition_rows
     controller = TransactionController(protocol)
-    for batch in (first, again):
-        assert {controller.abort(c).outcome for c in batch.committables} == {Outcome.ABORTED}
+    aborted = [c for batch in (first, again, *keyless) for c in batch.committables]
+    assert {r.outcome for r in controller.abort_all(aborted)} == {Outcome.ABORTED}
+    assert_exactly_once(
+        protocol, bootstrap, topic, *aborted, committed=0, aborted=2 * ROWS + 2 * 5000
+    )
 
 
 def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_topic):
@@ -135,6 +144,17 @@ def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_top
     )
     for prepared in (batch, with_json):
         assert set(commit_all(protocol, prepared)) == {Outcome.COMMITTED}
+    # Each key twice on purpose: two batches of the same two rows.
+    assert_exactly_once(
+        protocol,
+        bootstrap,
+        topic,
+        *batch.committables,
+        *with_json.committables,
+        committed=4,
+        aborted=0,
+        keys_unique=False,
+    )
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": unique_id(), "enable.auto.commit": False}
     )
@@ -156,7 +176,7 @@ def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_top
 
 
 def test_task_killed_mid_write_is_retried_and_still_exactly_once(
-    spark, settings, protocol, make_topic
+    spark, settings, bootstrap, protocol, make_topic
 ):
     topic = make_topic(3)
 
@@ -175,12 +195,11 @@ def test_task_killed_mid_write_is_retried_and_still_exactly_once(
     )
     assert batch.metadata["attempts"]["1"] >= 1
     assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
-    report = audit(protocol, topic, *batch.committables)
-    assert_exactly_once(report, ROWS)
+    report = assert_rows_once(protocol, bootstrap, topic, batch, ROWS)
     assert report.totals["aborted"] >= 1000  # the killed attempt's records, fenced by the retry
 
 
-def test_failed_job_then_abort_of_every_leased_id(spark, settings, protocol, make_topic):
+def test_failed_job_then_abort_of_every_leased_id(spark, settings, bootstrap, protocol, make_topic):
     topic = make_topic(3)
     leased = ids(4)
 
@@ -201,8 +220,8 @@ def test_failed_job_then_abort_of_every_leased_id(spark, settings, protocol, mak
     controller = TransactionController(protocol)
     for tid in leased:
         controller.fence(tid)
-    report = audit(protocol, topic)
-    assert (report.totals["committed"], report.totals["open"]) == (0, 0), report.to_dict()
+    report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
+    assert report.totals["aborted"] > 0, report.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -219,7 +238,7 @@ def test_failed_job_then_abort_of_every_leased_id(spark, settings, protocol, mak
     ],
 )
 def test_bad_input_is_named_and_leaves_nothing_open(
-    spark, settings, protocol, topic, kwargs, message
+    spark, settings, bootstrap, protocol, topic, kwargs, message
 ):
     df = spark.createDataFrame(
         [(1, {"a": "b"}, 2.5, "x"), (2, {}, 1.0, None)],
@@ -228,8 +247,12 @@ def test_bad_input_is_named_and_leaves_nothing_open(
     arguments = {"topic": topic, "transactional_ids": ids(2), "producer_config": settings, **kwargs}
     with pytest.raises(ConfigurationError, match=message):
         prepare_dataframe(df, **arguments)
-    totals = audit(protocol, topic).totals
-    assert totals == {"committed": 0, "aborted": 0, "open": 0, "non_transactional": 0}
+    assert_nothing_written(protocol, bootstrap, topic)
+
+
+def assert_nothing_written(protocol, bootstrap, topic: str) -> None:
+    report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0, aborted=0)
+    assert {p.end_offset for p in report.partitions.values()} == {0}, report.to_dict()
 
 
 def test_missing_topic_is_refused_before_any_transaction(spark, settings):
@@ -243,7 +266,7 @@ def test_missing_topic_is_refused_before_any_transaction(spark, settings):
         )
 
 
-def test_empty_source_prepares_nothing_and_says_so(spark, settings, protocol, topic):
+def test_empty_source_prepares_nothing_and_says_so(spark, settings, bootstrap, protocol, topic):
     batch = prepare_dataframe(
         source(spark).where("id < 0"),
         topic=topic,
@@ -253,7 +276,7 @@ def test_empty_source_prepares_nothing_and_says_so(spark, settings, protocol, to
     )
     assert batch.is_empty and batch.committables == ()
     assert batch.metadata["message"] == "source is empty; nothing prepared"
-    assert audit(protocol, topic).totals["open"] == 0
+    assert_nothing_written(protocol, bootstrap, topic)
 
 
 def last_json(stdout: str) -> dict:
@@ -316,10 +339,10 @@ def test_spark_submit_local_then_commit_from_another_process(
     assert done.returncode == 0, done.stdout + done.stderr
     outcomes = {r["outcome"] for r in json.loads(done.stdout)["results"]}
     assert outcomes == {"COMMITTED"}
-    assert_exactly_once(audit(protocol, topic, *batch.committables), ROWS)
+    assert_rows_once(protocol, bootstrap, topic, batch, ROWS, aborted=0)
 
 
-def test_spark_submit_refuses_speculation(bootstrap, topic, tmp_path):
+def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
     source_path = write_parquet(tmp_path / "source.parquet", 100)
     manifest = tmp_path / "manifest.json"
     done = spark_submit_prepare(
@@ -342,6 +365,7 @@ def test_spark_submit_refuses_speculation(bootstrap, topic, tmp_path):
     assert done.returncode == 2
     assert "spark.speculation" in last_json(done.stdout)["message"]
     assert not manifest.exists()
+    assert_nothing_written(protocol, bootstrap, topic)
 
 
 def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path):
@@ -355,4 +379,4 @@ def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tm
     expected = sum(1 for i in range(ROWS) if i % 4)
     assert batch.source_rows == expected
     assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
-    assert_exactly_once(audit(protocol, topic, *batch.committables), expected)
+    assert_rows_once(protocol, bootstrap, topic, batch, expected, aborted=0)

@@ -1,9 +1,10 @@
 """The log audit: what a topic's log really holds, by its transaction markers.
 
 It reads raw batches (READ_UNCOMMITTED, control batches included) and applies the
-commit/abort markers itself; it never trusts the broker's aborted-transactions index
-or a read_committed consumer. It is the tests' oracle for exactly-once and a tool for
-operators: records committed, aborted and still open, per partition and per committable.
+commit/abort markers itself; it never relies on the broker's aborted-transactions index
+or a read_committed consumer, so it stays an independent witness beside one (the tests
+check that both agree, see ``visible.py``). A tool for operators too: records committed,
+aborted and still open, per partition and per committable.
 """
 
 from __future__ import annotations

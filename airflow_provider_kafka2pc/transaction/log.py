@@ -24,8 +24,10 @@ from .protocol import (
     error_name,
 )
 
-#: How long a fetch waits for data (not 0: the embedded broker answers a zero-wait
-#: fetch with nothing at all); it grows with each empty answer below the high watermark.
+#: How long a fetch may wait for data. Apache Kafka answers at once when data is there,
+#: so this costs only a fetch at the very end of the log; not 0, because some
+#: Kafka-compatible brokers (Tansu) answer a zero-wait fetch with nothing. It grows with
+#: each empty answer below the high watermark.
 END_OF_LOG_WAIT_MS = 5
 MAX_EMPTY_ANSWERS = 20
 MAX_LEADER_REFRESHES = 5
@@ -72,9 +74,11 @@ class LogReader:
     ) -> Iterator[LogBatch]:
         """Every batch holding an offset >= ``start``, up to the end of the log.
 
-        The end is the high watermark of the latest answer. An empty answer below it is
-        not the end (a loaded broker may answer a short fetch with nothing): it is asked
-        again, a bounded number of times.
+        The end is the high watermark of the latest answer (with READ_UNCOMMITTED every
+        record below it is readable). Apache Kafka always returns at least the batch at
+        the offset; an empty answer below the high watermark (seen from a loaded
+        Kafka-compatible broker) is not the end: it is asked again, a bounded number of
+        times.
         """
         if partition not in self._leaders_of(topic):
             raise ProtocolError(

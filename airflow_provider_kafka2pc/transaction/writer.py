@@ -33,6 +33,11 @@ Record = (
 
 #: Kafka brokers refuse longer transactions by default (transaction.max.timeout.ms).
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+#: Java clients and Spark's Kafka sink put a key on ``murmur2(key) % partitions``;
+#: librdkafka's own default (consistent_random, CRC32) would put it elsewhere, which
+#: breaks co-partitioned joins and compaction for anyone also producing from Java.
+#: Used unless the caller's settings name a ``partitioner``.
+DEFAULT_PARTITIONER = "murmur2_random"
 _STATS_INTERVAL_MS = 50
 # Settings the writer owns; a caller's value for them would break the protocol.
 _RESERVED = (
@@ -78,7 +83,9 @@ class DeliveryReports:
 class TransactionalWriter:
     """Writes one transaction per :meth:`write` call on a given transactional id.
 
-    :param config: librdkafka producer settings (``bootstrap.servers``, security, tuning).
+    :param config: librdkafka producer settings (``bootstrap.servers``, security, tuning);
+        keys are partitioned as Java clients do (:data:`DEFAULT_PARTITIONER`) unless it
+        sets ``partitioner``.
     :param transactional_id: the id the transaction runs under; re-using it fences
         (aborts) whatever an earlier writer of the same id left open.
     :param transaction_timeout_ms: how long the prepared transaction may stay open
@@ -176,6 +183,7 @@ class TransactionalWriter:
 
         config = {
             "allow.auto.create.topics": False,
+            "partitioner": DEFAULT_PARTITIONER,
             "logger": log,
             **self._config,
             "transactional.id": self.transactional_id,
