@@ -83,7 +83,12 @@ def run_idempotent(
     """Produce ``records`` with a plain idempotent producer; seconds from set-up to teardown."""
     deliveries = DeliveryReports() if with_callback else None
     start, cpu = time.perf_counter(), time.process_time()
-    settings = {**config, "enable.idempotence": True, "allow.auto.create.topics": False}
+    settings = {
+        **config,
+        "enable.idempotence": True,
+        "allow.auto.create.topics": False,
+        "partitioner": "murmur2_random",  # the writer's default (Java-compatible)
+    }
     if deliveries is not None:
         settings["on_delivery"] = deliveries  # set once, as the writer does
     producer = Producer(settings)

@@ -26,7 +26,12 @@ BOTH_VERSIONS = (DEFAULT_KAFKA_VERSION, CLASSIC_KAFKA_VERSION)
 
 #: Test brokers check for timed-out transactions every half second (default 10 s), so
 #: a real transaction timeout of a few seconds is observed within a test.
-TEST_BROKER_CONFIG = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+TEST_BROKER_CONFIG = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    # A broker restarted after kill -9 waits for its old session to expire (9 s by default).
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
