@@ -5,6 +5,9 @@ open. Everything needed to end that transaction later, from another process, is 
 the transactional id, the producer id and epoch the coordinator knows it by, and the
 transaction version (which fixes the EndTxn request version it must be ended with).
 The offsets let the outcome be verified from the log's markers.
+
+A KIP-939 two-phase-commit transaction (``two_phase_commit``) is finished the same way;
+it differs only in that the coordinator never times it out (docs/kip-939.md).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ TRANSACTION_VERSION_CLASSIC = 1
 #: KIP-890 transactions (TV2): end with EndTxn v5; the epoch is bumped at every end.
 TRANSACTION_VERSION_KIP890 = 2
 TRANSACTION_VERSIONS = (TRANSACTION_VERSION_CLASSIC, TRANSACTION_VERSION_KIP890)
+#: The timeout the coordinator stores for a KIP-939 2PC transaction (Int.MaxValue),
+#: whatever was asked; its timeout reaper skips such transactions altogether.
+TWO_PHASE_TIMEOUT_MS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ class Committable:
     start_time_ms: int
     transaction_timeout_ms: int
     schema: int = field(default=SCHEMA_VERSION)
+    #: Opened with KIP-939's enable2Pc: the coordinator never aborts it by timeout.
+    #: Optional in JSON (absent = False), so committables written before it still read.
+    two_phase_commit: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -67,8 +76,18 @@ class Committable:
 
     @property
     def deadline_ms(self) -> int:
-        """When the coordinator will abort this transaction by timeout (epoch ms)."""
+        """Start plus the coordinator's stored timeout (epoch ms).
+
+        For a 2PC transaction that lies about 24.8 days ahead, yet nothing happens
+        then: use :attr:`expires_at_ms` where "never" matters.
+        """
         return self.start_time_ms + self.transaction_timeout_ms
+
+    @property
+    def expires_at_ms(self) -> int | None:
+        """When the coordinator will abort this transaction by timeout (epoch ms);
+        None when it never will (a KIP-939 2PC transaction): no deadline to guard."""
+        return None if self.two_phase_commit else self.deadline_ms
 
     @classmethod
     def empty(cls, transactional_id: str, start_time_ms: int, timeout_ms: int) -> Committable:
@@ -94,6 +113,8 @@ class Committable:
             "record_count": self.record_count,
             "start_time_ms": self.start_time_ms,
             "transaction_timeout_ms": self.transaction_timeout_ms,
+            # Written only when set: classic committables keep their exact old form.
+            **({"two_phase_commit": True} if self.two_phase_commit else {}),
         }
 
     def to_json(self) -> str:
@@ -146,10 +167,29 @@ class Committable:
             start_time_ms=_int(data, "start_time_ms", minimum=0),
             transaction_timeout_ms=_int(data, "transaction_timeout_ms", minimum=1),
             schema=schema,
+            two_phase_commit=_two_phase(data),
         )
         if committable.producer_epoch > 32767:
             raise CommittableError("committable field 'producer_epoch' exceeds 32767")
+        if committable.two_phase_commit and committable.transaction_timeout_ms != (
+            TWO_PHASE_TIMEOUT_MS
+        ):
+            # A 2PC flag on a transaction that does time out would disarm the timeout guard.
+            raise CommittableError(
+                "committable field 'transaction_timeout_ms' must be "
+                f"{TWO_PHASE_TIMEOUT_MS} (the coordinator's own) when 'two_phase_commit' "
+                f"is true, got {committable.transaction_timeout_ms}"
+            )
         return committable
+
+
+def _two_phase(data: dict[str, Any]) -> bool:
+    value = data.get("two_phase_commit", False)
+    if not isinstance(value, bool):
+        raise CommittableError(
+            f"committable field 'two_phase_commit' must be true or false, got {value!r}"
+        )
+    return value
 
 
 def _int(data: dict[str, Any], name: str, minimum: int, where: str = "committable") -> int:

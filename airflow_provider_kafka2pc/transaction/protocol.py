@@ -189,6 +189,55 @@ class TransactionProtocol(Protocol):
     def close(self) -> None: ...
 
 
+#: A record at protocol level: (key, value) or (key, value, headers).
+Row = (
+    tuple[bytes | None, bytes | None]
+    | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]] | None]
+)
+
+
+class NativeTransactionProtocol(TransactionProtocol, Protocol):
+    """What the KIP-939 native writer needs on top of the controller's calls."""
+
+    def offers_two_phase_commit(self) -> bool: ...
+
+    def init_producer_id(
+        self,
+        node: int,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+        *,
+        enable_2pc: bool = False,
+        keep_prepared_txn: bool = False,
+        version: int | None = None,
+    ) -> InitProducerIdAnswer: ...
+
+    def add_partitions_to_txn(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        partitions: Sequence[int],
+    ) -> dict[int, int]: ...
+
+    def produce_transactional(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        records: Mapping[int, Sequence[Row]],
+        *,
+        kip890: bool,
+        base_sequence: int | Mapping[int, int] = 0,
+    ) -> dict[int, ProduceAnswer]: ...
+
+    def describe_transaction(self, transactional_id: str) -> dict[str, Any] | None: ...
+
+
 class KafkaProtocol:
     """A control-plane connection to a Kafka cluster.
 
@@ -404,16 +453,18 @@ class KafkaProtocol:
         producer_id: int,
         epoch: int,
         topic: str,
-        records: Mapping[int, Sequence[tuple[bytes | None, bytes | None]]],
+        records: Mapping[int, Sequence[Row]],
         *,
         kip890: bool,
-        base_sequence: int = 0,
+        base_sequence: int | Mapping[int, int] = 0,
     ) -> dict[int, ProduceAnswer]:
         """Write one transactional batch per partition to their leader ``node`` (acks=all).
 
         ``kip890`` sends Produce v12, with which the broker adds each partition to the
         transaction itself (TV2); otherwise at most v11, after :meth:`add_partitions_to_txn`.
-        Each batch starts at ``base_sequence`` (0 for the first batch of an epoch).
+        Each batch starts at ``base_sequence``, one for all or per partition (0 for the
+        first batch of an epoch, then the count of records the partition got before).
+        A row may carry headers as a third element.
         """
         if kip890:
             version = self._require(
@@ -424,17 +475,23 @@ class KafkaProtocol:
         now_ms = int(time.time() * 1000)
         data = []
         for partition, rows in sorted(records.items()):
+            sequence = base_sequence if isinstance(base_sequence, int) else base_sequence[partition]
             builder = DefaultRecordBatchBuilder(
                 magic=2,
                 compression_type=0,
                 is_transactional=True,
                 producer_id=producer_id,
                 producer_epoch=epoch,
-                base_sequence=base_sequence,
+                base_sequence=sequence,
                 batch_size=FETCH_MAX_BYTES,
             )
-            for offset, (key, value) in enumerate(rows):
-                builder.append(offset, now_ms, key, value, [])
+            for offset, row in enumerate(rows):
+                headers = list(row[2] or ()) if len(row) > 2 else []
+                if builder.append(offset, now_ms, row[0], row[1], headers) is None:
+                    raise ValueError(
+                        f"batch for {topic}-{partition} exceeds {FETCH_MAX_BYTES} bytes "
+                        f"at record {offset}"
+                    )
             data.append(
                 ProduceRequest.TopicProduceData.PartitionProduceData(
                     index=partition, records=bytes(builder.build())
