@@ -1,0 +1,100 @@
+"""Where the ledger lives: URLs, engines (with SQLite's locking recipe) and migrations."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import URL, Connection, Engine, create_engine, event, func, select
+from sqlalchemy.engine import make_url
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# PostgreSQL advisory locks ("k2pc" + purpose), held until the transaction ends.
+LOCK_MIGRATE = 0x6B327063_00000001
+LOCK_PREFIXES = 0x6B327063_00000002
+_READ_ONLY = "kafka2pc_read_only"
+
+
+def default_url() -> str:
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    return f"sqlite:///{Path(home) / 'kafka2pc_ledger.db'}"
+
+
+def normalise_url(url: str | URL) -> URL:
+    parsed = make_url(url)
+    if parsed.drivername in ("postgres", "postgresql"):
+        # SQLAlchemy's default PostgreSQL driver is psycopg2; we ship psycopg 3.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return parsed
+
+
+def open_engine(url: URL) -> Engine:
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+
+    # SQLAlchemy's documented recipe: pysqlite must not emit BEGIN itself; we do, so that
+    # writers take the database's write lock up front (BEGIN IMMEDIATE, waiting up to the
+    # busy timeout) and every compare-and-set reads and writes under it, across processes.
+    # Readers use a plain BEGIN: with WAL they run alongside the writer.
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        read_only = conn.get_execution_options().get(_READ_ONLY)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+@contextmanager
+def writing(engine: Engine) -> Iterator[Connection]:
+    """One write transaction (serialised against other writers on SQLite)."""
+    with engine.begin() as conn:
+        yield conn
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn:
+        conn.execution_options(**{_READ_ONLY: True})
+        with conn.begin():
+            yield conn
+
+
+def advisory_lock(conn: Connection, key: int) -> None:
+    """On PostgreSQL, queue behind other holders of ``key`` until our transaction ends.
+
+    SQLite needs none: a writer already holds the whole database.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(key)))
+
+
+def migrate(engine: Engine) -> None:
+    """``alembic upgrade head`` in one transaction; a no-op when already there.
+
+    Concurrent callers queue (SQLite's write lock, a PostgreSQL advisory lock) and the
+    later ones find the schema at head.
+    """
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
+    with writing(engine) as conn:
+        advisory_lock(conn, LOCK_MIGRATE)
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")

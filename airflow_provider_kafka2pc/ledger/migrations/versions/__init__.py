@@ -1,0 +1,1 @@
+"""Revisions; a package so that setuptools ships them."""

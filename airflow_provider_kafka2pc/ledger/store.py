@@ -1,0 +1,553 @@
+"""The coordinator ledger: a batch per (export id, run key), its participants and verdict.
+
+Every state change is a compare-and-set (``UPDATE ... WHERE state = :expected``) inside one
+database transaction; zero rows means another writer moved first, and a re-read tells a
+lost race (:class:`ConflictError`) from a move that is now illegal
+(:class:`IllegalTransitionError`). See :mod:`.database` for how writers are serialised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..transaction.committable import Committable
+from ..transaction.errors import CommittableError, ConfigurationError
+from . import database, pool
+from .schema import batches, leases, now, participants
+from .states import (
+    BATCH_TRANSITIONS,
+    BatchState,
+    ConflictError,
+    IllegalTransitionError,
+    NotFoundError,
+    ParticipantState,
+    Verdict,
+    check_batch_move,
+    check_participant_move,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One (export id, run key): its state, verdict and the ids leased for its partitions."""
+
+    export_id: str
+    run_key: str
+    attempt: int
+    state: BatchState
+    topic: str
+    id_prefix: str
+    #: Index i is Spark partition i; kept after the leases are given back.
+    transactional_ids: tuple[str, ...]
+    verdict: Verdict | None
+    verdict_reason: str | None
+    source_rows: int | None
+    created_at: datetime
+    updated_at: datetime
+    decided_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Participant:
+    """One prepared transaction of the batch's current attempt."""
+
+    index: int
+    transactional_id: str
+    committable: Committable
+    state: ParticipantState
+    reason: str | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One pooled id ``<id_prefix>-<slot>``; the holder fields are None while it is free."""
+
+    id_prefix: str
+    slot: int
+    transactional_id: str
+    export_id: str | None
+    run_key: str | None
+    leased: bool
+    leased_at: datetime | None
+
+
+class Ledger:
+    """The coordinator's durable memory, shared by every task process of every run."""
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self._url = database.normalise_url(url)
+        self._engine = database.open_engine(self._url)
+        if migrate:
+            database.migrate(self._engine)
+
+    default_url = staticmethod(database.default_url)
+
+    def __repr__(self) -> str:
+        return f"Ledger({self._url.render_as_string(hide_password=True)!r})"
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- batches --------------------------------------------------------------------------
+
+    def begin(
+        self, export_id: str, run_key: str, *, topic: str, id_prefix: str, num_partitions: int
+    ) -> Batch:
+        """Create the batch in PREPARING with leased ids, or return the existing one.
+
+        An ABORTED batch starts a new attempt; PREPARING/PREPARED ones come back unchanged
+        (a retried prepare re-uses its ids); decided or COMMITTED ones come back unchanged
+        for the caller to act on. One transaction: on any error nothing is written.
+        """
+        label = _label(export_id, run_key)
+        _check_name(topic, "topic", 249)
+        pool.check_prefix(id_prefix)
+        if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
+            raise ConfigurationError(f"num_partitions must be an integer, got {num_partitions!r}")
+        if num_partitions < 1:
+            raise ConfigurationError(f"num_partitions must be >= 1, got {num_partitions}")
+        spec = {"topic": topic, "id_prefix": id_prefix, "num_partitions": num_partitions}
+        try:
+            with database.writing(self._engine) as conn:
+                pool.claim_prefix(conn, export_id, id_prefix)
+                row = _batch_row(conn, export_id, run_key)
+                if row is None:
+                    ids = pool.lease(conn, export_id, run_key, id_prefix, num_partitions)
+                    when = now()
+                    conn.execute(
+                        insert(batches).values(
+                            export_id=export_id,
+                            run_key=run_key,
+                            attempt=1,
+                            state=BatchState.PREPARING.value,
+                            transactional_ids=json.dumps(ids),
+                            created_at=when,
+                            updated_at=when,
+                            **spec,
+                        )
+                    )
+                    log.info("ledger: batch %s begun with ids %s", label, ids)
+                elif row.state == BatchState.ABORTED:
+                    ids = pool.lease(conn, export_id, run_key, id_prefix, num_partitions)
+                    values = {**spec, "transactional_ids": json.dumps(ids)}
+                    _move(conn, _ref(row), BatchState.PREPARING, "new attempt", **values)
+                elif row.state in (BatchState.PREPARING, BatchState.PREPARED):
+                    was = {key: getattr(row, key) for key in spec}
+                    if was != spec:
+                        raise ConfigurationError(
+                            f"batch {label} is {row.state} with {was}, not {spec}; "
+                            "finish or abort it before changing its topic, prefix or partitions"
+                        )
+                return _to_batch(_batch_row(conn, export_id, run_key))
+        except IntegrityError as exc:
+            raise ConflictError(f"batch {label}: begun concurrently elsewhere; retry") from exc
+
+    def record_prepared(
+        self,
+        export_id: str,
+        run_key: str,
+        committables: Sequence[Committable],
+        *,
+        source_rows: int,
+    ) -> Batch:
+        """PREPARING -> PREPARED with one participant per committable (index = partition).
+
+        A PREPARED batch is re-prepared (-> PREPARING -> PREPARED, participants replaced):
+        its prepare ran again before any verdict.
+        """
+        label = _label(export_id, run_key)
+        if isinstance(source_rows, bool) or not isinstance(source_rows, int) or source_rows < 0:
+            raise ConfigurationError(f"source_rows must be an integer >= 0, got {source_rows!r}")
+        committables = tuple(committables)
+        with database.writing(self._engine) as conn:
+            row = _require(conn, export_id, run_key)
+            ref = _ref(row)
+            if ref.state is BatchState.PREPARED:
+                ref = _move(conn, ref, BatchState.PREPARING, "re-prepare")
+            check_batch_move(label, ref.state, BatchState.PREPARED)
+            _check_committables(label, json.loads(row.transactional_ids), committables)
+            reason = f"{len(committables)} participants"
+            _move(conn, ref, BatchState.PREPARED, reason, source_rows=source_rows)
+            key = {"batch_id": row.id, "attempt": row.attempt}
+            conn.execute(delete(participants).filter_by(**key))
+            prepared = {"state": ParticipantState.PREPARED.value, "updated_at": now(), **key}
+            rows = [
+                {
+                    "partition_index": i,
+                    "transactional_id": c.transactional_id,
+                    "committable": c.to_json(),
+                    **prepared,
+                }
+                for i, c in enumerate(committables)
+            ]
+            conn.execute(insert(participants), rows)
+            return _to_batch(_batch_row(conn, export_id, run_key))
+
+    def decide(self, export_id: str, run_key: str, verdict: Verdict, reason: str) -> Batch:
+        """Record the verdict; the first writer wins and every caller gets the RECORDED one.
+
+        COMMIT needs PREPARED; ABORT is also allowed from PREPARING.
+        """
+        label = _label(export_id, run_key)
+        verdict = Verdict(verdict)
+        _check_reason(reason)
+        with database.writing(self._engine) as conn:
+            # After a lost compare-and-set, look again: a verdict recorded meanwhile is
+            # returned; a batch re-prepared meanwhile is tried again.
+            for _ in range(5):
+                row = _require(conn, export_id, run_key)
+                if BatchState(row.state).decided:
+                    return _to_batch(row)
+                ref = _ref(row)
+                check_batch_move(label, ref.state, verdict.decided_state)
+                if _cas(conn, ref, verdict.decided_state, reason):
+                    return _to_batch(_batch_row(conn, export_id, run_key))
+            raise ConflictError(f"batch {label}: kept moving while deciding; retry")
+
+    def finish(self, export_id: str, run_key: str) -> Batch:
+        """*_DECIDED -> COMMITTED/ABORTED once every participant is final; gives the ids back.
+
+        COMMIT needs every participant COMMITTED; ABORT needs each ABORTED or LOST (gone on
+        the broker: nothing left to abort). A final batch comes back unchanged (a retry).
+        """
+        label = _label(export_id, run_key)
+        with database.writing(self._engine) as conn:
+            row = _require(conn, export_id, run_key)
+            ref = _ref(row)
+            if ref.state.final:
+                return _to_batch(row)
+            target = BatchState.ABORTED
+            done = {ParticipantState.ABORTED, ParticipantState.LOST}
+            if ref.state is not BatchState.ABORT_DECIDED:
+                target, done = BatchState.COMMITTED, {ParticipantState.COMMITTED}
+            check_batch_move(label, ref.state, target)
+            pending = [p for p in _participants(conn, row) if p.state not in done]
+            if pending:
+                names = ", ".join(f"{p.index} {p.transactional_id} {p.state}" for p in pending)
+                wanted = "/".join(sorted(done))
+                raise IllegalTransitionError(
+                    label, ref.state, target, f"participants not {wanted}: {names}"
+                )
+            _move(conn, ref, target, f"{row.verdict}: {row.verdict_reason}")
+            released = pool.release(conn, export_id, run_key)
+            log.info("ledger: batch %s gave %d ids back to the pool", label, released)
+            return _to_batch(_batch_row(conn, export_id, run_key))
+
+    # -- participants ---------------------------------------------------------------------
+
+    def record_outcome(
+        self,
+        export_id: str,
+        run_key: str,
+        transactional_id: str,
+        state: ParticipantState,
+        reason: str,
+    ) -> Participant:
+        """Move one participant per PARTICIPANT_TRANSITIONS; the same state again is a no-op.
+
+        COMMITTED needs the batch's COMMIT verdict and ABORTED its ABORT verdict: the
+        ledger never records an outcome that contradicts the decision.
+        """
+        label = _label(export_id, run_key)
+        state = ParticipantState(state)
+        _check_reason(reason)
+        with database.writing(self._engine) as conn:
+            row = _require(conn, export_id, run_key)
+            part = _participant(conn, row, transactional_id)
+            if part.state is state:
+                return part
+            where = f"{label} participant {part.index} ({transactional_id})"
+            check_participant_move(where, part.state, state)
+            needs = {
+                ParticipantState.COMMITTED: BatchState.COMMIT_DECIDED,
+                ParticipantState.ABORTED: BatchState.ABORT_DECIDED,
+            }.get(state)
+            if needs is not None and row.state != needs:
+                why = f"the batch is {row.state}, not {needs}"
+                raise IllegalTransitionError(where, part.state, state, why)
+            return _participant_cas(conn, row, part, where, state, reason)
+
+    def replace_participant(
+        self, export_id: str, run_key: str, committable: Committable
+    ) -> Participant:
+        """LOST -> PREPARED with a re-prepared committable (loss repair); a repeat is a no-op."""
+        label = _label(export_id, run_key)
+        tid = committable.transactional_id
+        with database.writing(self._engine) as conn:
+            row = _require(conn, export_id, run_key)
+            part = _participant(conn, row, tid)
+            if part.state is ParticipantState.PREPARED and part.committable == committable:
+                return part
+            where = f"{label} participant {part.index} ({tid})"
+            check_participant_move(where, part.state, ParticipantState.PREPARED)
+            if row.state not in (BatchState.PREPARED, BatchState.COMMIT_DECIDED):
+                why = f"the batch is {row.state}; only PREPARED or COMMIT_DECIDED ones are repaired"
+                raise IllegalTransitionError(where, part.state, ParticipantState.PREPARED, why)
+            return _participant_cas(
+                conn,
+                row,
+                part,
+                where,
+                ParticipantState.PREPARED,
+                "re-prepared after loss",
+                committable=committable.to_json(),
+            )
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def get(self, export_id: str, run_key: str) -> Batch | None:
+        with database.reading(self._engine) as conn:
+            row = _batch_row(conn, export_id, run_key)
+            return None if row is None else _to_batch(row)
+
+    def participants(self, export_id: str, run_key: str) -> list[Participant]:
+        """The current attempt's participants by index ([] before record_prepared)."""
+        with database.reading(self._engine) as conn:
+            row = _batch_row(conn, export_id, run_key)
+            return [] if row is None else _participants(conn, row)
+
+    def in_doubt(self, export_id: str | None = None) -> list[Batch]:
+        """Batches not yet COMMITTED/ABORTED, oldest first."""
+        query = select(batches).where(
+            batches.c.state.not_in([BatchState.COMMITTED.value, BatchState.ABORTED.value])
+        )
+        if export_id is not None:
+            query = query.where(batches.c.export_id == export_id)
+        with database.reading(self._engine) as conn:
+            rows = conn.execute(query.order_by(batches.c.created_at, batches.c.id))
+            return [_to_batch(r) for r in rows]
+
+    def leases(self, id_prefix: str | None = None) -> list[Lease]:
+        query = select(leases).order_by(leases.c.id_prefix, leases.c.slot)
+        if id_prefix is not None:
+            query = query.where(leases.c.id_prefix == id_prefix)
+        with database.reading(self._engine) as conn:
+            return [Lease(**r._asdict()) for r in conn.execute(query)]
+
+    def _transition(
+        self,
+        export_id: str,
+        run_key: str,
+        target: BatchState,
+        reason: str = "",
+        *,
+        expected: BatchState | None = None,
+    ) -> Batch:
+        """The bare move the named methods build on (no leases, no participants).
+
+        For the transition-table tests; ``expected`` stands in for a stale read.
+        """
+        with database.writing(self._engine) as conn:
+            ref = _ref(_require(conn, export_id, run_key))
+            if expected is not None:
+                ref = ref._replace(state=expected)
+            _move(conn, ref, target, reason)
+            return _to_batch(_batch_row(conn, export_id, run_key))
+
+
+# -- batch rows and their compare-and-set (inside the caller's transaction) ---------------------
+
+
+class _Ref(NamedTuple):
+    """What a compare-and-set expects the batch row to still be."""
+
+    id: int
+    label: str
+    state: BatchState
+    attempt: int
+
+
+def _ref(row: Any) -> _Ref:
+    return _Ref(row.id, f"{row.export_id}/{row.run_key}", BatchState(row.state), row.attempt)
+
+
+def _batch_row(conn: Connection, export_id: str, run_key: str) -> Any:
+    query = select(batches).where(batches.c.export_id == export_id, batches.c.run_key == run_key)
+    return conn.execute(query).first()
+
+
+def _require(conn: Connection, export_id: str, run_key: str) -> Any:
+    row = _batch_row(conn, export_id, run_key)
+    if row is None:
+        raise NotFoundError(f"no batch {export_id}/{run_key} in the ledger: begin() it first")
+    return row
+
+
+def _to_batch(row: Any) -> Batch:
+    return Batch(
+        export_id=row.export_id,
+        run_key=row.run_key,
+        attempt=row.attempt,
+        state=BatchState(row.state),
+        topic=row.topic,
+        id_prefix=row.id_prefix,
+        transactional_ids=tuple(json.loads(row.transactional_ids)),
+        verdict=None if row.verdict is None else Verdict(row.verdict),
+        verdict_reason=row.verdict_reason,
+        source_rows=row.source_rows,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        decided_at=row.decided_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _cas(conn: Connection, ref: _Ref, target: BatchState, reason: str, **values: Any) -> bool:
+    """One compare-and-set on the batch row; it also sets the columns the target implies."""
+    when = now()
+    values.update(state=target.value, updated_at=when)
+    if ref.state is BatchState.ABORTED and target is BatchState.PREPARING:
+        values.update(
+            attempt=ref.attempt + 1,
+            verdict=None,
+            verdict_reason=None,
+            decided_at=None,
+            finished_at=None,
+            source_rows=None,
+        )
+    elif target in (BatchState.COMMIT_DECIDED, BatchState.ABORT_DECIDED):
+        verdict = Verdict.COMMIT if target is BatchState.COMMIT_DECIDED else Verdict.ABORT
+        values.update(verdict=verdict.value, verdict_reason=reason, decided_at=when)
+    elif target.final:
+        values.update(finished_at=when)
+    expected = (
+        batches.c.id == ref.id,
+        batches.c.state == ref.state.value,
+        batches.c.attempt == ref.attempt,
+    )
+    if conn.execute(update(batches).where(*expected).values(**values)).rowcount != 1:
+        return False
+    log.info("ledger: batch %s %s -> %s (%s)", ref.label, ref.state, target, reason)
+    return True
+
+
+def _move(conn: Connection, ref: _Ref, target: BatchState, reason: str, **values: Any) -> _Ref:
+    """Check the table, compare-and-set; on zero rows tell a lost race from an illegal move."""
+    check_batch_move(ref.label, ref.state, target)
+    if _cas(conn, ref, target, reason, **values):
+        attempt = ref.attempt + 1 if ref.state is BatchState.ABORTED else ref.attempt
+        return ref._replace(state=target, attempt=attempt)
+    now_row = conn.execute(select(batches.c.state, batches.c.attempt).where(batches.c.id == ref.id))
+    state, attempt = now_row.one()
+    moved = f"expected {ref.state} (attempt {ref.attempt}), another writer left it {state} "
+    moved += f"(attempt {attempt})"
+    if target not in BATCH_TRANSITIONS[BatchState(state)]:
+        raise IllegalTransitionError(ref.label, BatchState(state), target, moved)
+    raise ConflictError(f"batch {ref.label}: {moved}; re-read and retry")
+
+
+# -- participants -----------------------------------------------------------------------------
+
+
+def _to_participant(row: Any) -> Participant:
+    return Participant(
+        index=row.partition_index,
+        transactional_id=row.transactional_id,
+        committable=Committable.from_json(row.committable),
+        state=ParticipantState(row.state),
+        reason=row.reason,
+        updated_at=row.updated_at,
+    )
+
+
+def _current(batch: Any) -> tuple[Any, ...]:
+    return (participants.c.batch_id == batch.id, participants.c.attempt == batch.attempt)
+
+
+def _participants(conn: Connection, batch: Any) -> list[Participant]:
+    query = select(participants).where(*_current(batch)).order_by(participants.c.partition_index)
+    return [_to_participant(r) for r in conn.execute(query)]
+
+
+def _participant(conn: Connection, batch: Any, transactional_id: str) -> Participant:
+    query = select(participants).where(
+        *_current(batch), participants.c.transactional_id == transactional_id
+    )
+    row = conn.execute(query).first()
+    if row is None:
+        raise NotFoundError(
+            f"batch {batch.export_id}/{batch.run_key} attempt {batch.attempt} has no "
+            f"participant {transactional_id!r}"
+        )
+    return _to_participant(row)
+
+
+def _participant_cas(
+    conn: Connection,
+    batch: Any,
+    part: Participant,
+    where: str,
+    target: ParticipantState,
+    reason: str,
+    **values: Any,
+) -> Participant:
+    cols = participants.c
+    expected = (cols.partition_index == part.index, cols.state == part.state.value)
+    result = conn.execute(
+        update(participants)
+        .where(*_current(batch), *expected)
+        .values(state=target.value, reason=reason, updated_at=now(), **values)
+    )
+    fresh = _participant(conn, batch, part.transactional_id)
+    if result.rowcount != 1:
+        if fresh.state is target and not values:
+            return fresh  # a concurrent writer recorded the same outcome
+        check_participant_move(where, fresh.state, target)
+        raise ConflictError(f"{where}: expected {part.state} but found {fresh.state}")
+    log.info("ledger: %s %s -> %s (%s)", where, part.state, target, reason)
+    return fresh
+
+
+# -- input checks -----------------------------------------------------------------------------
+
+
+def _check_name(value: object, field: str, max_length: int) -> str:
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise ConfigurationError(f"{field} must be a non-empty printable string, got {value!r}")
+    if len(value) > max_length:
+        raise ConfigurationError(f"{field} is longer than {max_length} characters")
+    return value
+
+
+def _check_reason(reason: object) -> None:
+    if not isinstance(reason, str):
+        raise ConfigurationError(f"reason must be a string, got {reason!r}")
+
+
+def _label(export_id: str, run_key: str) -> str:
+    _check_name(export_id, "export_id", 200)
+    _check_name(run_key, "run_key", 250)
+    return f"{export_id}/{run_key}"
+
+
+def _check_committables(label: str, ids: list[str], committables: tuple[Committable, ...]) -> None:
+    if len(committables) != len(ids):
+        raise CommittableError(
+            f"batch {label} leased {len(ids)} ids but got {len(committables)} committables"
+        )
+    for i, (tid, committable) in enumerate(zip(ids, committables, strict=True)):
+        if not isinstance(committable, Committable):
+            raise CommittableError(f"committables[{i}] is a {type(committable).__name__}")
+        if committable.transactional_id != tid:
+            raise CommittableError(
+                f"committables[{i}] carries transactional_id {committable.transactional_id!r}; "
+                f"batch {label} leased {tid!r} for partition {i}"
+            )

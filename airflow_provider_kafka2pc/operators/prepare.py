@@ -1,0 +1,307 @@
+"""Prepare phase: lease ids, run the Spark prepare application, record its committables.
+
+Everything a user can get wrong is checked before the ledger is touched (connections,
+topic, source), so bad input leaves nothing behind. A run key already COMMITTED writes
+nothing and skips downstream; one with a verdict is not prepared again. Kafka settings
+reach the Spark job in a private file (``--kafka-config-file``), never on its command line.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook, Context
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowNotFoundException,
+    AirflowSkipException,
+)
+from airflow.sdk.observability.stats import Stats
+
+from ..hooks.connections import require_connection
+from ..hooks.coordinator import Coordinator
+from ..hooks.kafka2pc import Kafka2pcHook
+from ..hooks.ledger import LedgerHook
+from ..ledger import Batch, BatchState, Ledger
+from ..spark import APPLICATION
+from ..transaction.batch import PreparedBatch
+from ..transaction.errors import CommittableError, ConfigurationError, Kafka2pcError
+from ..transaction.naming import validate_transactional_id
+from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
+from .spark_job import (
+    DEFAULT_SPARK_CONF,
+    check_num_partitions,
+    committables_for,
+    default_spark_binary,
+    local_path,
+    source_arguments,
+    summary,
+)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+class SparkKafkaPrepareOperator(SparkSubmitOperator):
+    """Prepare phase of an exactly-once export: the Spark job writes one open Kafka
+    transaction per partition, and their committables go to the ledger.
+
+    :param export_id: identity of the export; with ``run_key`` it names the batch. (templated)
+    :param run_key: the run's key, e.g. its data interval. (templated)
+    :param source: ``{"sql": ...}``, ``{"table": ...}`` or ``{"path": ..., "format": ...,
+        "options": {...}}``, plus an optional ``"filter"`` (a SQL predicate). (templated)
+    :param topic: an existing Kafka topic. (templated)
+    :param num_partitions: Spark partitions = participants = leased transactional ids (>= 1).
+    :param key_column: column used as the record key (and to partition the rows).
+    :param value_column: string/binary column sent as the value; default: the row as JSON.
+    :param header_columns: string/binary columns sent as headers.
+    :param id_prefix: transactional ids are ``<id_prefix>-<slot>``; owned by this export.
+    :param kafka_conn_id: the official provider's ``kafka`` connection.
+    :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
+    :param spark_conn_id: the ``spark`` connection (master URL).
+    :param transaction_timeout_ms: how long the prepared transactions may stay open
+        (at most the broker's ``transaction.max.timeout.ms``).
+    :param manifest_dir: where the job writes its manifest, any Hadoop URI the driver and
+        this worker can both reach; default: a temporary local directory.
+    :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "export_id",
+        "run_key",
+        "source",
+        "topic",
+        "id_prefix",
+        "manifest_dir",
+    )
+    template_fields_renderers: ClassVar[dict[str, str]] = {"source": "json", "conf": "json"}
+    ui_color = "#f4a460"
+
+    def __init__(
+        self,
+        *,
+        export_id: str,
+        run_key: str,
+        source: Mapping[str, Any],
+        topic: str,
+        num_partitions: int,
+        key_column: str | None = None,
+        value_column: str | None = None,
+        header_columns: Sequence[str] = (),
+        id_prefix: str,
+        kafka_conn_id: str = "kafka_default",
+        ledger_conn_id: str | None = None,
+        spark_conn_id: str = "spark_default",
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        manifest_dir: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        check_num_partitions(num_partitions)
+        if "{{" not in id_prefix:
+            validate_transactional_id(f"{id_prefix}-{num_partitions - 1}", "id_prefix")
+        if not any("{{" in str(v) for v in dict(source).values()):
+            source_arguments(source)
+        # Re-attaching to an earlier try's Spark job would race the fence this operator
+        # applies before every submit: always submit afresh.
+        kwargs.setdefault("durable", False)
+        kwargs.setdefault("name", "kafka2pc-prepare")
+        super().__init__(application=APPLICATION, conn_id=spark_conn_id, **kwargs)
+        self.export_id = export_id
+        self.run_key = run_key
+        self.source = dict(source)
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self.key_column = key_column
+        self.value_column = value_column
+        self.header_columns = list(header_columns)
+        self.id_prefix = id_prefix
+        self.kafka_conn_id = kafka_conn_id
+        self.ledger_conn_id = ledger_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.manifest_dir = manifest_dir
+
+    # -- the task -----------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        started = time.monotonic()
+        kafka = Kafka2pcHook(self.kafka_conn_id)
+        try:
+            source_args = self.validate(kafka)
+            with LedgerHook(self.ledger_conn_id).get_conn() as ledger:
+                batch = ledger.begin(
+                    self.export_id,
+                    self.run_key,
+                    topic=self.topic,
+                    id_prefix=self.id_prefix,
+                    num_partitions=self.num_partitions,
+                )
+                return self._prepare(context, kafka, ledger, batch, source_args, started)
+        except ConfigurationError as exc:
+            # Bad input: no retry can mend it, and nothing was left behind.
+            raise AirflowFailException(str(exc)) from exc
+
+    def validate(self, kafka: Kafka2pcHook) -> list[str]:
+        """Everything checkable before the ledger is touched; returns the source's arguments."""
+        check_num_partitions(self.num_partitions)
+        if not isinstance(self.run_key, str) or self.run_key.strip() in ("", "None", "None/None"):
+            raise ConfigurationError(
+                f"run_key must be a non-empty string, got {self.run_key!r} (a run without a "
+                "data interval needs an explicit run_key)"
+            )
+        validate_transactional_id(f"{self.id_prefix}-{self.num_partitions - 1}", "id_prefix")
+        source_args = source_arguments(self.source)
+        for role, conn_id in (
+            ("Kafka", self.kafka_conn_id),
+            ("Spark", self.spark_conn_id),
+            ("ledger", self.ledger_conn_id),
+        ):
+            if conn_id is not None:
+                require_connection(role, conn_id)
+        path = self.source.get("path")
+        if path:
+            local = local_path(str(path))
+            if local is not None and not local.exists():
+                raise ConfigurationError(f"source path {str(path)!r} does not exist")
+        partitions = kafka.check_topic(self.topic)
+        self.log.info(
+            "export %s run %s: topic %r has %d partitions; Kafka settings %s",
+            self.export_id,
+            self.run_key,
+            self.topic,
+            partitions,
+            kafka.describe(),
+        )
+        return source_args
+
+    def _prepare(
+        self,
+        context: Context,
+        kafka: Kafka2pcHook,
+        ledger: Ledger,
+        batch: Batch,
+        source_args: list[str],
+        started: float,
+    ) -> dict[str, Any]:
+        label = f"{self.export_id}/{self.run_key}"
+        if batch.state is BatchState.COMMITTED:
+            self.log.info(
+                "%s is already COMMITTED (%s rows, attempt %d): writing nothing, "
+                "skipping downstream",
+                label,
+                batch.source_rows,
+                batch.attempt,
+            )
+            raise AirflowSkipException(f"{label} is already committed")
+        if batch.verdict is not None:
+            self.log.info(
+                "%s already has verdict %s: not preparing again", label, batch.verdict.value
+            )
+            return summary(batch, ledger.participants(self.export_id, self.run_key))
+        self.log.info(
+            "%s attempt %d: leased %s", label, batch.attempt, list(batch.transactional_ids)
+        )
+        with kafka.controller() as controller:
+            # Whatever an earlier try left open under these ids is aborted first.
+            Coordinator(ledger, controller).fence(batch.transactional_ids)
+        prepared = self.run_spark(context, kafka, batch, source_args)
+        committables = committables_for(prepared, batch, self.transaction_timeout_ms)
+        batch = ledger.record_prepared(
+            self.export_id, self.run_key, committables, source_rows=prepared.source_rows
+        )
+        result = summary(batch, ledger.participants(self.export_id, self.run_key))
+        self.log.info(
+            "%s: prepared %d rows in %d partitions %s; earliest transaction timeout in %s s",
+            label,
+            prepared.source_rows,
+            len(committables),
+            [c.record_count for c in committables],
+            result["seconds_left"],
+        )
+        tags = {"export_id": self.export_id, "topic": self.topic}
+        Stats.incr("kafka2pc.prepare.records", count=prepared.source_rows, tags=tags)
+        Stats.timing(
+            "kafka2pc.prepare.duration", timedelta(seconds=time.monotonic() - started), tags=tags
+        )
+        return result
+
+    def run_spark(
+        self, context: Context, kafka: Kafka2pcHook, batch: Batch, source_args: list[str]
+    ) -> PreparedBatch:
+        """Submit the packaged application (:class:`SparkSubmitOperator`); read its manifest."""
+        with kafka.config_file() as config_path, self._manifest(batch) as (manifest, read):
+            self.application = APPLICATION
+            self.application_args = [
+                *source_args,
+                "--topic",
+                self.topic,
+                "--transactional-ids",
+                ",".join(batch.transactional_ids),
+                "--kafka-config-file",
+                str(config_path),
+                "--manifest",
+                manifest,
+                "--transaction-timeout-ms",
+                str(self.transaction_timeout_ms),
+                "--run-id",
+                f"{self.export_id}/{self.run_key}#{batch.attempt}",
+                *(["--key-column", self.key_column] if self.key_column else []),
+                *(["--value-column", self.value_column] if self.value_column else []),
+                *[arg for h in self.header_columns for arg in ("--header-column", h)],
+            ]
+            self.conf = {
+                **DEFAULT_SPARK_CONF,
+                "spark.pyspark.python": sys.executable,
+                "spark.pyspark.driver.python": sys.executable,
+                **(self.conf or {}),
+            }
+            if self._spark_binary is None and "spark-binary" not in spark_extra(self.spark_conn_id):
+                # SparkSubmitOperator's own attribute: a pip-installed pyspark has no
+                # spark-submit on PATH, but ships one.
+                self._spark_binary = default_spark_binary()
+            super().execute(context)
+            try:
+                return PreparedBatch.from_json(read())
+            except (OSError, CommittableError) as exc:
+                raise Kafka2pcError(
+                    f"the prepare job's manifest {manifest} is unusable: {exc}"
+                ) from exc
+
+    @contextmanager
+    def _manifest(self, batch: Batch) -> Iterator[tuple[str, Any]]:
+        """(where the job writes the manifest, how to read it back)."""
+        if self.manifest_dir:
+            uri = (
+                f"{self.manifest_dir.rstrip('/')}/{_safe(self.export_id)}/{_safe(self.run_key)}"
+                f"/attempt-{batch.attempt}.json"
+            )
+            local = local_path(uri)
+            if local is not None:
+                local.parent.mkdir(parents=True, exist_ok=True)
+                yield uri, local.read_text
+            else:
+                from airflow.sdk import ObjectStoragePath
+
+                yield uri, ObjectStoragePath(uri).read_text
+            return
+        with tempfile.TemporaryDirectory(prefix="kafka2pc-manifest-") as directory:
+            path = Path(directory) / "manifest.json"
+            yield str(path), path.read_text
+
+
+def spark_extra(conn_id: str) -> dict[str, Any]:
+    try:
+        return BaseHook.get_connection(conn_id).extra_dejson
+    except AirflowNotFoundException:
+        return {}

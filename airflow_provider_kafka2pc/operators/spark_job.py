@@ -1,0 +1,136 @@
+"""The prepare application as the prepare operator drives it, free of Airflow.
+
+Its command-line source options, which spark-submit to run, what its manifest must hold,
+and the summary that goes to XCom (counts, ids and deadlines, never settings).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..ledger import Batch, Participant
+from ..transaction.batch import PreparedBatch
+from ..transaction.committable import Committable
+from ..transaction.errors import ConfigurationError, Kafka2pcError
+from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
+
+#: Keys of ``source``: exactly one of the first three, plus the optional ones.
+SOURCE_KINDS = ("sql", "table", "path")
+SOURCE_OPTIONAL = ("format", "options", "filter")
+#: Spark settings for the prepare job unless the user says otherwise (WARN keeps the task
+#: log readable); the interpreter paths are filled in on the worker: the job's Python
+#: processes must import this package.
+DEFAULT_SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.log.level": "WARN"}
+
+
+def source_arguments(source: object) -> list[str]:
+    """The prepare application's source options for ``source``; a clear error when malformed."""
+    if not isinstance(source, Mapping):
+        raise ConfigurationError(
+            'source must be a dict: {"sql": ...}, {"table": ...} or {"path": ..., "format": ...}'
+        )
+    kinds = [k for k in SOURCE_KINDS if source.get(k) not in (None, "")]
+    unknown = sorted(set(source) - set(SOURCE_KINDS) - set(SOURCE_OPTIONAL))
+    if unknown:
+        raise ConfigurationError(
+            f"source has unknown keys {unknown}; known: {SOURCE_KINDS + SOURCE_OPTIONAL}"
+        )
+    if len(kinds) != 1:
+        raise ConfigurationError(
+            f"source needs exactly one of {SOURCE_KINDS}, got {kinds or 'none'}"
+        )
+    kind = kinds[0]
+    if kind != "path" and ("format" in source or "options" in source):
+        raise ConfigurationError("source 'format' and 'options' apply to a 'path' source only")
+    args = [f"--source-{kind}", str(source[kind])]
+    if kind == "path":
+        args += ["--source-format", str(source.get("format") or "parquet")]
+        options = source.get("options") or {}
+        if not isinstance(options, Mapping):
+            raise ConfigurationError("source 'options' must be a dict of reader options")
+        for key, value in options.items():
+            args += ["--source-option", f"{key}={value}"]
+    if source.get("filter"):
+        args += ["--filter", str(source["filter"])]
+    return args
+
+
+def local_path(uri: str) -> Path | None:
+    """The local file system path ``uri`` names, or None for a remote URI (s3a://, hdfs://)."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return Path(parts.path if parts.scheme else uri)
+    return None
+
+
+def default_spark_binary() -> str:
+    """``spark-submit`` from PATH, else the one inside the installed pyspark."""
+    found = shutil.which("spark-submit")
+    if found:
+        return found
+    try:
+        import pyspark
+    except ImportError:
+        return "spark-submit"
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+def check_num_partitions(num_partitions: object) -> None:
+    if (
+        isinstance(num_partitions, bool)
+        or not isinstance(num_partitions, int)
+        or num_partitions < 1
+    ):
+        raise ConfigurationError(
+            f"num_partitions must be an integer >= 1 (one Spark partition and one Kafka "
+            f"transaction each), got {num_partitions!r}"
+        )
+
+
+def committables_for(
+    prepared: PreparedBatch, batch: Batch, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+) -> list[Committable]:
+    """One committable per leased id, in order; an empty source yields empty ones."""
+    ids = list(batch.transactional_ids)
+    if prepared.topic != batch.topic:
+        raise Kafka2pcError(f"the manifest is for topic {prepared.topic!r}, not {batch.topic!r}")
+    if not prepared.committables and prepared.source_rows == 0:
+        now_ms = int(time.time() * 1000)
+        return [Committable.empty(tid, now_ms, timeout_ms) for tid in ids]
+    got = [c.transactional_id for c in prepared.committables]
+    if got != ids:
+        raise Kafka2pcError(f"the manifest's participants {got} are not the leased ids {ids}")
+    return list(prepared.committables)
+
+
+def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]:
+    """What the prepare hands downstream through XCom: counts, ids, deadlines; no settings."""
+    deadlines = [p.committable.deadline_ms for p in participants if not p.committable.is_empty]
+    earliest = min(deadlines) if deadlines else None
+    return {
+        "export_id": batch.export_id,
+        "run_key": batch.run_key,
+        "attempt": batch.attempt,
+        "state": batch.state.value,
+        "topic": batch.topic,
+        "source_rows": batch.source_rows,
+        "records": sum(p.committable.record_count for p in participants),
+        "participants": [
+            {
+                "partition": p.index,
+                "transactional_id": p.transactional_id,
+                "records": p.committable.record_count,
+            }
+            for p in participants
+        ],
+        "earliest_timeout": None
+        if earliest is None
+        else datetime.fromtimestamp(earliest / 1000, UTC).isoformat(),
+        "seconds_left": None if earliest is None else round(earliest / 1000 - time.time()),
+    }
