@@ -21,7 +21,10 @@ from .transaction.batch import PreparedBatch
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
 from .transaction.errors import CommittableError, ConfigurationError, Kafka2pcError
+from .transaction.native_writer import NativeWriter
 from .transaction.protocol import KafkaProtocol
+from .transaction.settings import is_secret
+from .transaction.two_phase import REQUESTS, TwoPhaseMode, detect_two_phase
 from .transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionalWriter
 
 EXIT_FAILED = 1
@@ -70,10 +73,19 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(loaded, dict):
             raise ConfigurationError(f"--config-file {args.config_file}: must be a JSON object")
         settings.update(loaded)
-    for item in args.config:
+    for number, item in enumerate(args.config, start=1):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigurationError(f"--config {item.split('=')[0]!r}: expected KEY=VALUE")
+            # Not echoed: without "=" there is no telling a key from a password.
+            raise ConfigurationError(
+                f"--config #{number} is not KEY=VALUE (its text is not shown; it may be a secret)"
+            )
+        if is_secret(key):
+            logging.getLogger("kafka2pc.cli").warning(
+                "--config %s puts a secret on the command line (visible to other users in "
+                "the process list); prefer --config-file",
+                key,
+            )
         settings[key] = value
     if args.bootstrap_servers:
         settings["bootstrap.servers"] = args.bootstrap_servers
@@ -146,13 +158,33 @@ def _read_jsonl(path: str, key_field: str | None) -> Iterator[tuple[bytes | None
 def _cmd_prepare(args: argparse.Namespace) -> int:
     if args.input != "-" and not Path(args.input).is_file():
         raise ConfigurationError(f"--input {args.input}: no such file")
-    writer = TransactionalWriter(
-        _settings(args),
-        args.transactional_id,
-        transaction_timeout_ms=args.transaction_timeout_ms,
-        timeout_s=args.timeout_ms / 1000,
-    )
-    committable = writer.write(args.topic, _read_jsonl(args.input, args.key_field))
+    rows = _read_jsonl(args.input, args.key_field)
+    mode = TwoPhaseMode.CLASSIC
+    if args.two_phase != "classic":  # classic asks the broker nothing extra
+        with _protocol(args) as protocol:
+            mode = detect_two_phase(
+                protocol,
+                args.two_phase,
+                transactional_id=args.transactional_id,
+                transaction_timeout_ms=args.transaction_timeout_ms,
+                deadline_s=args.timeout_ms / 1000,
+            )
+            if mode is TwoPhaseMode.NATIVE:
+                native = NativeWriter(
+                    protocol,
+                    args.transactional_id,
+                    transaction_timeout_ms=args.transaction_timeout_ms,
+                    deadline_s=args.timeout_ms / 1000,
+                )
+                committable = native.write(args.topic, rows)
+    if mode is TwoPhaseMode.CLASSIC:
+        writer = TransactionalWriter(
+            _settings(args),
+            args.transactional_id,
+            transaction_timeout_ms=args.transaction_timeout_ms,
+            timeout_s=args.timeout_ms / 1000,
+        )
+        committable = writer.write(args.topic, rows)
     _emit(committable.to_dict())
     return 0
 
@@ -303,6 +335,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--input", required=True, help="JSONL file (one JSON object a line) or -")
     sub.add_argument("--key-field", help="use this field's value as the record key")
     sub.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
+    sub.add_argument(
+        "--two-phase",
+        choices=REQUESTS,
+        default="classic",
+        help="classic (default): librdkafka, aborted at the transaction timeout; native: "
+        "KIP-939 2PC, never times out, needs a broker with "
+        "transaction.two.phase.commit.enable and unstable.api.versions.enable (no released "
+        "broker offers it by default); auto: native where the broker grants it",
+    )
 
     for name, run, text in (
         ("commit", lambda a: _finish(a, True), "commit prepared transactions"),

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from airflow_provider_kafka2pc.spark.prepare import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
 from airflow_provider_kafka2pc.transaction.errors import ConfigurationError, Kafka2pcError
+from airflow_provider_kafka2pc.transaction.settings import is_secret
 from airflow_provider_kafka2pc.transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 log = logging.getLogger("kafka2pc.spark.app")
@@ -76,10 +77,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if args.kafka_config_file:
+        path = Path(args.kafka_config_file)
         try:
-            config.update(json.loads(Path(args.kafka_config_file).read_text()))
+            loaded = json.loads(path.read_text())
+            mode = path.stat().st_mode
         except (OSError, json.JSONDecodeError) as exc:
             raise ConfigurationError(f"--kafka-config-file: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigurationError(f"--kafka-config-file {path}: must be a JSON object")
+        if mode & 0o077 and any(is_secret(key) for key in loaded):
+            log.warning(
+                "--kafka-config-file %s holds credentials and is readable by other users "
+                "(mode %o); create it with mode 600",
+                path,
+                mode & 0o777,
+            )
+        config.update(loaded)
     if args.bootstrap_servers:
         config["bootstrap.servers"] = args.bootstrap_servers
     if "bootstrap.servers" not in config:

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
 from .errors import BrokerUnreachableError, ConfigurationError, Kafka2pcError, WriteError
 from .naming import validate_transactional_id
-from .settings import bootstrap_servers, redact
+from .settings import bootstrap_servers, redact_strictly, scrub
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,9 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 #: Used unless the caller's settings name a ``partitioner``.
 DEFAULT_PARTITIONER = "murmur2_random"
 _STATS_INTERVAL_MS = 50
+#: The first metadata request is asked in slices this long, so that an authentication
+#: failure (reported only through ``error_cb``) ends the wait at once.
+_CONNECT_SLICE_S = 0.5
 # Settings the writer owns; a caller's value for them would break the protocol.
 _RESERVED = (
     "transactional.id",
@@ -78,6 +81,26 @@ class DeliveryReports:
         else:
             self.per_partition[partition] = 1
             self.first[partition] = self.last[partition]
+
+
+class ClientErrors:
+    """``error_cb``: keeps librdkafka's first authentication error, then calls the user's.
+
+    librdkafka reports a refused login only there; ``list_topics`` itself just times out
+    with ``_TRANSPORT``, which would read as "no broker answered".
+    """
+
+    __slots__ = ("authentication", "chained")
+
+    def __init__(self, chained: Callable[[KafkaError], None] | None = None) -> None:
+        self.authentication: KafkaError | None = None
+        self.chained = chained
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._AUTHENTICATION and self.authentication is None:
+            self.authentication = err
+        if self.chained is not None:
+            self.chained(err)
 
 
 class TransactionalWriter:
@@ -124,8 +147,9 @@ class TransactionalWriter:
             raise ConfigurationError("topic must be a non-empty string")
         stats: dict[str, Any] = {}
         deliveries = DeliveryReports()
-        producer = self._producer(stats, deliveries)
-        self._check_topic(producer, topic)
+        errors = ClientErrors(self._config.get("error_cb"))
+        producer = self._producer(stats, deliveries, errors)
+        self._check_topic(producer, topic, errors)
         iterator = iter(records)
         first = next(iterator, None)
         start_ms = int(self._clock() * 1000)
@@ -177,7 +201,9 @@ class TransactionalWriter:
 
     # -- steps --------------------------------------------------------------
 
-    def _producer(self, stats: dict[str, Any], deliveries: DeliveryReports) -> Producer:
+    def _producer(
+        self, stats: dict[str, Any], deliveries: DeliveryReports, errors: ClientErrors
+    ) -> Producer:
         def on_stats(payload: str) -> None:
             stats.update(json.loads(payload).get("eos") or {})
 
@@ -192,23 +218,37 @@ class TransactionalWriter:
             "statistics.interval.ms": _STATS_INTERVAL_MS,
             "stats_cb": on_stats,
             "on_delivery": deliveries,  # once here, not per produce() call: cheaper
+            "error_cb": errors,
         }
         try:
             return Producer(config)
         except KafkaException as exc:
             raise ConfigurationError(
-                f"invalid producer settings {redact(self._config)}: {exc.args[0].str()}"
+                f"invalid producer settings {redact_strictly(self._config)}: "
+                f"{scrub(exc.args[0].str(), self._config)}"
             ) from None
 
-    def _check_topic(self, producer: Producer, topic: str) -> None:
-        """Fail before anything is opened if the topic is missing or no broker answers.
+    def _check_topic(self, producer: Producer, topic: str, errors: ClientErrors) -> None:
+        """Fail before anything is opened if the topic is missing, the login is refused or
+        no broker answers.
 
         Asked twice: the second round trip lets librdkafka settle on the broker's own
         connection. Measured with confluent-kafka 2.16: after only one, init_transactions
         now and then waits 500 ms on a reconnect timer.
         """
+        deadline = time.monotonic() + self._timeout_s
         try:
-            producer.list_topics(topic, timeout=self._timeout_s)
+            while True:
+                try:
+                    slice_s = min(_CONNECT_SLICE_S, max(deadline - time.monotonic(), 0.01))
+                    producer.list_topics(topic, timeout=slice_s)
+                    break
+                except KafkaException:
+                    producer.poll(0)  # serves error_cb, where a refused login is reported
+                    if errors.authentication is not None:
+                        raise self._authentication_failed(errors.authentication) from None
+                    if time.monotonic() >= deadline:
+                        raise
             metadata = producer.list_topics(topic, timeout=self._timeout_s)
         except KafkaException as exc:
             raise BrokerUnreachableError(
@@ -221,6 +261,16 @@ class TransactionalWriter:
             raise ConfigurationError(
                 f"topic {topic!r} does not exist at {self._servers} ({reason}); create it first"
             )
+
+    def _authentication_failed(self, err: KafkaError) -> ConfigurationError:
+        mechanism = self._config.get("sasl.mechanism") or self._config.get(
+            "sasl.mechanisms", "GSSAPI"
+        )
+        return ConfigurationError(
+            f"authentication failed for user {self._config.get('sasl.username')!r} "
+            f"({mechanism}) at {self._servers}: {scrub(err.str(), self._config)}; "
+            "check sasl.username, sasl.password and sasl.mechanism"
+        )
 
     def _call(self, fn: Callable[[float], None], timeout: float, what: str) -> None:
         try:
