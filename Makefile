@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-spark clean
+.PHONY: demo test lint bench bench-spark bench-orchestration bench-id-pool clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ bench: $(STAMP)
 # Compares with the official Airflow Kafka provider's ProduceToTopicOperator (a dependency).
 bench-spark: $(STAMP)
 	$(BIN)/python benchmarks/bench_spark_prepare.py
+
+# A whole DAG run under dag.test() against the same prepare + commit called directly.
+bench-orchestration: $(STAMP)
+	$(BIN)/python benchmarks/bench_orchestration.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
