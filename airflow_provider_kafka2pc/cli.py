@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -259,6 +260,86 @@ def _cmd_txn_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Where ``kafka2pc recover`` finds the ledger when --ledger-url is not given (keeps a
+#: PostgreSQL password off the command line).
+LEDGER_URL_ENV = "KAFKA2PC_LEDGER_URL"
+
+
+def _open_ledger(url: str | None, from_argv: bool) -> tuple[Any, str]:
+    """The existing ledger at ``url``, never a new one: a mistyped SQLite path would
+    otherwise give an empty ledger, in which every open transaction looks abandoned."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from .ledger import Ledger
+
+    if not url:
+        raise ConfigurationError(f"--ledger-url is required (or set {LEDGER_URL_ENV})")
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        # Not echoed: it may hold a password.
+        raise ConfigurationError("--ledger-url is not a database URL") from None
+    if parsed.password and from_argv:
+        logging.getLogger("kafka2pc.cli").warning(
+            "--ledger-url puts a password on the command line (visible to other users in "
+            "the process list); prefer %s",
+            LEDGER_URL_ENV,
+        )
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        raise ConfigurationError(f"no ledger at {shown}: the SQLite file does not exist")
+    return Ledger(url, migrate=False), shown
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from .hooks.recovery import recover
+
+    if args.grace_period_s < 0:
+        raise ConfigurationError("--grace-period-s must be >= 0")
+    from_argv = args.ledger_url is not None
+    ledger, shown = _open_ledger(args.ledger_url or os.environ.get(LEDGER_URL_ENV), from_argv)
+    with ledger:
+        try:
+            prefixes = args.id_prefix or sorted(
+                {b.id_prefix for b in ledger.in_doubt(args.export_id)}
+            )
+            if not prefixes:
+                raise ConfigurationError(
+                    f"no in-doubt batch of export {args.export_id!r} names its id prefix: "
+                    "pass --id-prefix (its transactional ids are <prefix>-<slot>)"
+                )
+            for prefix in prefixes:
+                if not ledger.leases(prefix):
+                    raise ConfigurationError(
+                        f"the ledger at {shown} never leased an id under prefix {prefix!r}: "
+                        "wrong --ledger-url or --id-prefix? Nothing was touched"
+                    )
+        except SQLAlchemyError as exc:
+            raise ConfigurationError(
+                f"cannot read a kafka2pc ledger at {shown} ({type(exc).__name__})"
+            ) from None
+        with _protocol(args) as protocol:
+            controller = TransactionController(protocol, RetryPolicy(deadline_s=args.deadline_s))
+            report = recover(
+                ledger,
+                protocol,
+                controller,
+                args.export_id,
+                prefixes,
+                grace_period=timedelta(seconds=args.grace_period_s),
+                dry_run=args.dry_run,
+            )
+    _emit(report.to_dict())
+    for key, why in report.failed.items():
+        print(f"kafka2pc: needs a person: {key}: {why}", file=sys.stderr)
+    return 0 if report.done else EXIT_FAILED
+
+
 # -- parser -------------------------------------------------------------------
 
 
@@ -387,6 +468,42 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = command("describe", _cmd_txn_describe, "describe transactions by id", parent=txn)
     sub.add_argument("--transactional-id", required=True, action="append")
+
+    sub = command(
+        "recover",
+        _cmd_recover,
+        "resolve an export's dangling transactions: in-doubt ledger batches by their "
+        "verdicts, and transactions open on the broker under its id prefix (commit by a "
+        "COMMIT verdict, abort + fence by ABORT, fence when no batch holds the id after the "
+        "grace period); never a live run's. JSON report; exit 0 only when nothing is left",
+    )
+    sub.add_argument("--export-id", required=True)
+    sub.add_argument(
+        "--id-prefix",
+        action="append",
+        help="the export's transactional-id prefix (ids <prefix>-<slot>); repeatable; "
+        "default: the prefixes of its in-doubt batches",
+    )
+    sub.add_argument(
+        "--ledger-url",
+        help=f"the ledger's SQLAlchemy URL (default ${LEDGER_URL_ENV}); an existing ledger only",
+    )
+    sub.add_argument(
+        "--grace-period-s",
+        type=float,
+        default=3600.0,
+        help="a batch unchanged this long, or an open transaction no batch holds, counts as "
+        "abandoned (default 3600; longer than your slowest prepare)",
+    )
+    sub.add_argument(
+        "--dry-run", action="store_true", help="report what would be done, touch nothing"
+    )
+    sub.add_argument(
+        "--deadline-s",
+        type=float,
+        default=60.0,
+        help="give up retrying one commit/abort/fence after this long (default 60)",
+    )
     return parser
 
 

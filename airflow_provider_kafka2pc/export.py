@@ -147,6 +147,7 @@ def kafka_exactly_once_export(
         }
         recover = classes["recover"](
             task_id="recover",
+            id_prefix=id_prefix,
             grace_period=opts["grace_period"],
             deferrable=opts["deferrable"],
             poke_interval=opts["poke_interval"],
