@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -57,6 +58,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: Stops the server and removes its files once the test process is gone, even when that
+#: was killed before its fixtures could clean up. Arguments: test pid, root dir, stop command.
+_WATCHDOG = """
+import os, shutil, subprocess, sys, time
+parent, root, stop = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+while True:
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(1)
+subprocess.run(stop, capture_output=True, timeout=60, check=False)
+shutil.rmtree(root, ignore_errors=True)
+"""
+
+
 class PostgresServer:
     """One throwaway cluster: ``start()`` returns its URL, ``stop()`` removes every trace."""
 
@@ -65,62 +82,59 @@ class PostgresServer:
         self._root = Path(tempfile.mkdtemp(prefix="kafka2pc-pg-"))
         self._data = self._root / "data"
         self._as_user: list[str] = []
+        self._watchdog: subprocess.Popen[bytes] | None = None
         if os.geteuid() == 0:
             try:
                 user = pwd.getpwnam("postgres")
             except KeyError:
+                shutil.rmtree(self._root)
                 raise RuntimeError(
-                    f"running as root but no `postgres` user; {INSTALL_HINT}"
+                    f"running as root without a `postgres` user; {INSTALL_HINT}"
                 ) from None
             os.chown(self._root, user.pw_uid, user.pw_gid)
             self._as_user = ["runuser", "-u", "postgres", "--"]
 
+    def _command(self, tool: str, *args: str) -> list[str]:
+        return [*self._as_user, str(self._bindir / tool), *args]
+
     def _run(self, tool: str, *args: str) -> None:
-        cmd = [*self._as_user, str(self._bindir / tool), *args]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            self._command(tool, *args), capture_output=True, text=True, timeout=120, check=False
+        )
         if done.returncode != 0:
             log = self._root / "server.log"
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr}{tail}")
 
     def start(self) -> str:
-        self._run(
-            "initdb",
-            "-D",
-            str(self._data),
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-            "--no-locale",
-            "--no-sync",
-        )
+        initdb = ["-D", str(self._data), "-U", "postgres", "-A", "trust", "-E", "UTF8"]
+        self._run("initdb", *initdb, "--no-locale", "--no-sync")
         port = _free_port()
         options = (
             f"-p {port} -k {self._root} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
-        self._run(
-            "pg_ctl",
-            "-D",
-            str(self._data),
-            "-l",
-            str(self._root / "server.log"),
-            "-o",
-            options,
-            "-w",
-            "-t",
-            "60",
-            "start",
+        log = str(self._root / "server.log")
+        self._run("pg_ctl", "-D", str(self._data), "-l", log, "-o", options, "-w", "start")
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(self._root), *self._stop()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         return f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
+    def _stop(self) -> list[str]:
+        return self._command("pg_ctl", "-D", str(self._data), "-m", "immediate", "-w", "stop")
+
     def stop(self) -> None:
         try:
+            if self._watchdog is not None:
+                self._watchdog.kill()
+                self._watchdog.wait()
             if (self._data / "postmaster.pid").exists():
-                self._run("pg_ctl", "-D", str(self._data), "-m", "immediate", "-w", "stop")
+                subprocess.run(self._stop(), capture_output=True, timeout=60, check=False)
         finally:
             shutil.rmtree(self._root, ignore_errors=True)
 

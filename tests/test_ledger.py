@@ -23,6 +23,7 @@ from sqlalchemy import func, inspect, select
 from airflow_provider_kafka2pc.ledger import (
     BATCH_TRANSITIONS,
     PARTICIPANT_TRANSITIONS,
+    Batch,
     BatchState,
     ConflictError,
     IllegalTransitionError,
@@ -112,12 +113,11 @@ def committable(tid: str, records: int = 2, start_ms: int = 1_000) -> Committabl
     )
 
 
-def begin(ledger: Ledger, n: Names, run: str, partitions: int = 3, **kw: Any):
-    kw = {"topic": TOPIC, "id_prefix": n.prefix, "num_partitions": partitions, **kw}
-    return ledger.begin(n.export, run, **kw)
+def begin(ledger: Ledger, n: Names, run: str, partitions: int = 3) -> Batch:
+    return ledger.begin(n.export, run, topic=TOPIC, id_prefix=n.prefix, num_partitions=partitions)
 
 
-def prepare(ledger: Ledger, n: Names, run: str, partitions: int = 3):
+def prepare(ledger: Ledger, n: Names, run: str, partitions: int = 3) -> Batch:
     batch = begin(ledger, n, run, partitions)
     cs = [committable(t) for t in batch.transactional_ids]
     return ledger.record_prepared(n.export, run, cs, source_rows=3 * partitions)

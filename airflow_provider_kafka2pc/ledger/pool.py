@@ -69,16 +69,13 @@ def claim_prefix(conn: Connection, export_id: str, id_prefix: str) -> None:
 def lease(conn: Connection, export_id: str, run_key: str, id_prefix: str, n: int) -> list[str]:
     """Lease ``n`` ids, lowest slot first; the caller holds the prefix (:func:`claim_prefix`)."""
     pool = leases.c
-    free = (
-        conn.execute(
-            select(pool.slot)
-            .where(pool.id_prefix == id_prefix, pool.leased == false())
-            .order_by(pool.slot)
-            .limit(n)
-        )
-        .scalars()
-        .all()
+    lowest_free = (
+        select(pool.slot)
+        .where(pool.id_prefix == id_prefix, pool.leased == false())
+        .order_by(pool.slot)
+        .limit(n)
     )
+    free = list(conn.scalars(lowest_free))
     holder = {"export_id": export_id, "run_key": run_key, "leased": True, "leased_at": now()}
     if free:
         taken = conn.execute(
@@ -92,10 +89,10 @@ def lease(conn: Connection, export_id: str, run_key: str, id_prefix: str, n: int
     start = 0 if top is None else top + 1
     new = list(range(start, start + n - len(free)))
     if new:
-        rows = [
+        slots = [
             {"id_prefix": id_prefix, "slot": s, "transactional_id": f"{id_prefix}-{s}"} for s in new
         ]
-        conn.execute(insert(leases), [{**row, **holder} for row in rows])
+        conn.execute(insert(leases), [{**slot, **holder} for slot in slots])
     return [f"{id_prefix}-{s}" for s in sorted([*free, *new])]
 
 
