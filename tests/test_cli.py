@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -97,12 +98,23 @@ def test_txn_list_and_describe_show_an_open_prepared_transaction(
     assert json.loads(after.stdout)["transactions"] == []
 
 
-def test_demo_proves_exactly_once():
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_kafka2pc.demo"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "PROVED" in done.stdout
+def test_demo_proves_exactly_once_then_writes_nothing_again(tmp_path):
+    """``make demo`` on a fresh machine, then again for the same interval: written 0."""
+
+    def demo() -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "airflow_provider_kafka2pc.demo"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "KAFKA2PC_DEMO_DIR": str(tmp_path / "demo")},
+        )
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        assert "PROVED" in done.stdout
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = demo(), demo()
+    assert first["written"] == first["source_rows"] == first["committed"] > 0
+    assert (second["written"], second["committed"]) == (0, first["committed"])
+    for run in (first, second):
+        assert (run["duplicates"], run["open"]) == (0, 0)

@@ -4,16 +4,25 @@ Every step consults the ledger before acting and records after, so any process m
 it again (a retried or cleared task, the recovery sensor): participants already final are
 skipped, a transaction finished twice answers ``ALREADY_*``, and ``finish`` of a final
 batch returns it unchanged.
+
+Loss repair: a participant of a COMMIT verdict that the broker aborted first (its
+transaction outlived its timeout, or was fenced) is recorded LOST; its records are not in
+the topic. Given a way to re-prepare (``reprepare``), the commit recomputes exactly those
+partitions from the deterministic input, records each new committable in place of the lost
+one (LOST -> PREPARED) and commits it, so the batch still ends COMMITTED exactly once.
+Where the input cannot give the same partitions again, :class:`RepairImpossibleError`
+names them and their rows, and the batch stays COMMIT_DECIDED for an operator.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..ledger import Batch, BatchState, Ledger, Participant, ParticipantState, Verdict
+from ..transaction.committable import Committable
 from ..transaction.controller import Outcome, Resolution, TransactionController
 from ..transaction.errors import Kafka2pcError
 
@@ -21,6 +30,9 @@ log = logging.getLogger(__name__)
 
 #: Timeout InitProducerId registers for a fenced id (it opens no transaction).
 FENCE_TIMEOUT_MS = 60_000
+#: Repair rounds one commit call may run (a repaired participant can be lost again when
+#: the commit is delayed past its timeout once more).
+MAX_REPAIRS = 2
 
 
 class NothingPreparedError(Kafka2pcError):
@@ -31,11 +43,57 @@ class VerdictMismatchError(Kafka2pcError):
     """The recorded verdict is not the one this step finishes (commit vs abort)."""
 
 
+@dataclass(frozen=True)
+class LostPartition:
+    """A participant of a COMMIT verdict that the broker aborted before our commit."""
+
+    index: int
+    transactional_id: str
+    records: int
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, participant: Participant) -> LostPartition:
+        return cls(
+            participant.index,
+            participant.transactional_id,
+            participant.committable.record_count,
+            participant.reason,
+        )
+
+    def __str__(self) -> str:
+        return f"partition {self.index} ({self.transactional_id}, {self.records} rows)"
+
+
 class ParticipantLostError(Kafka2pcError):
     """A participant of a COMMIT verdict was aborted on the broker: its records are missing.
 
-    Retrying the commit cannot bring them back; the participant must be re-prepared.
+    Retrying the commit cannot bring them back; the participant must be re-prepared
+    (:meth:`Coordinator.repair`). ``lost`` names each lost partition and its rows.
     """
+
+    def __init__(self, message: str, lost: Iterable[LostPartition] = ()) -> None:
+        super().__init__(message)
+        self.lost = tuple(lost)
+
+
+class RepairImpossibleError(ParticipantLostError):
+    """The lost partitions cannot be recomputed as they were (the source changed or is
+    gone): nothing was written again, the batch stays COMMIT_DECIDED with its LOST
+    participants, and a person must act."""
+
+
+class RepairFailedError(Kafka2pcError):
+    """Re-preparing the lost partitions failed for a reason a retry may mend (the Spark job
+    failed); they stay LOST and the batch COMMIT_DECIDED."""
+
+
+#: Re-prepares lost partitions: (batch, all its participants, the lost ones) -> the new
+#: committables by partition index, each under the lost participant's transactional id.
+#: Raises :class:`RepairImpossibleError` when the input no longer yields those partitions.
+Reprepare = Callable[
+    [Batch, Sequence[Participant], Sequence[Participant]], Mapping[int, Committable]
+]
 
 
 @dataclass(frozen=True)
@@ -51,6 +109,8 @@ class Finished:
     records_now: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: Lost partitions this call re-prepared and committed (loss repair).
+    repaired: tuple[LostPartition, ...] = ()
 
 
 class Coordinator:
@@ -94,9 +154,40 @@ class Coordinator:
             self.ledger.record_outcome(export_id, run_key, r.transactional_id, state, r.reason)
         return resolutions
 
-    def commit(self, export_id: str, run_key: str) -> Finished:
-        """Finish a COMMIT verdict: every participant committed, then the batch COMMITTED."""
+    def commit(
+        self,
+        export_id: str,
+        run_key: str,
+        reprepare: Reprepare | None = None,
+        *,
+        max_repairs: int = MAX_REPAIRS,
+    ) -> Finished:
+        """Finish a COMMIT verdict: every participant committed, then the batch COMMITTED.
+
+        A lost participant raises :class:`ParticipantLostError`, unless ``reprepare`` is
+        given: then the lost partitions are repaired (:meth:`repair`) and committed, up to
+        ``max_repairs`` rounds.
+        """
         started = time.monotonic()
+        repaired: list[LostPartition] = []
+        done: list[Resolution] = []  # every round's outcomes, for what this call did
+        rounds = 0
+        while True:
+            try:
+                finished = self._commit_once(export_id, run_key, started, done)
+            except ParticipantLostError:
+                if reprepare is None or rounds >= max_repairs:
+                    raise
+                rounds += 1
+                repaired += self.repair(export_id, run_key, reprepare)
+                continue
+            if repaired:
+                finished = _with_repaired(finished, repaired)
+            return finished
+
+    def _commit_once(
+        self, export_id: str, run_key: str, started: float, done: list[Resolution]
+    ) -> Finished:
         batch = self.batch(export_id, run_key)
         if batch.verdict is not Verdict.COMMIT:
             raise VerdictMismatchError(
@@ -110,39 +201,104 @@ class Coordinator:
         before = self.ledger.participants(export_id, run_key)
         self._raise_lost(batch, before)
         todo = [p for p in before if p.state is ParticipantState.PREPARED]
-        deadlines = [p.committable.deadline_ms for p in todo if not p.committable.is_empty]
         log.info(
-            "committing %d of %d participants of %s/%s, %s before the earliest timeout",
+            "committing %d of %d participants of %s/%s, %s",
             len(todo),
             len(before),
             export_id,
             run_key,
-            f"{min(deadlines) / 1000 - time.time():.0f} s" if deadlines else "nothing open",
+            _time_left(todo),
         )
-        resolutions = self.commit_participants(export_id, run_key, todo)
+        done += self.commit_participants(export_id, run_key, todo)
         self._raise_lost(batch, self.ledger.participants(export_id, run_key))
         batch = self.ledger.finish(export_id, run_key)
         return Finished(
             batch,
-            tuple(resolutions),
+            tuple(done),
             records=_records(self.ledger, batch),
-            records_now=sum(r.record_count for r in resolutions if r.outcome is Outcome.COMMITTED),
+            records_now=sum(r.record_count for r in done if r.outcome is Outcome.COMMITTED),
             seconds=time.monotonic() - started,
         )
 
     def _raise_lost(self, batch: Batch, participants: Sequence[Participant]) -> None:
-        lost = [p for p in participants if p.state is ParticipantState.LOST]
+        lost = [LostPartition.of(p) for p in participants if p.state is ParticipantState.LOST]
         if lost:
-            names = "; ".join(
-                f"partition {p.index} {p.transactional_id} ({p.committable.record_count} "
-                f"records): {p.reason}"
-                for p in lost
-            )
+            names = "; ".join(f"{lp}: {lp.reason}" for lp in lost)
             raise ParticipantLostError(
                 f"batch {batch.export_id}/{batch.run_key} has verdict COMMIT but lost "
                 f"participants, aborted on the broker before the commit: {names}. Their "
-                "records are NOT in the topic; the others are committed. Re-prepare the lost "
-                "partitions (loss repair) to complete the batch."
+                f"{sum(lp.records for lp in lost)} rows are NOT in the topic; the others are "
+                "committed. Re-prepare the lost partitions (loss repair) to complete the batch.",
+                lost,
+            )
+
+    # -- loss repair ------------------------------------------------------------
+
+    def repair(self, export_id: str, run_key: str, reprepare: Reprepare) -> list[LostPartition]:
+        """Re-prepare a COMMIT_DECIDED batch's LOST participants and record them PREPARED.
+
+        Each new committable must be the lost partition's own transactional id with the
+        recorded number of rows; anything else is refused (and the new transactions are
+        aborted) with :class:`RepairImpossibleError`. Commits nothing itself.
+        """
+        batch = self.batch(export_id, run_key)
+        label = f"{export_id}/{run_key}"
+        if batch.verdict is not Verdict.COMMIT or batch.state is not BatchState.COMMIT_DECIDED:
+            raise VerdictMismatchError(
+                f"batch {label} is {batch.state.value} with verdict {_verdict(batch)}; loss "
+                "repair applies to a COMMIT_DECIDED batch only"
+            )
+        participants = self.ledger.participants(export_id, run_key)
+        lost = [p for p in participants if p.state is ParticipantState.LOST]
+        if not lost:
+            return []
+        described = [LostPartition.of(p) for p in lost]
+        names = ", ".join(str(lp) for lp in described)
+        log.warning(
+            "%s: verdict COMMIT, but %d participants were LOST on the broker (%s): "
+            "re-preparing them from the source",
+            label,
+            len(lost),
+            names,
+        )
+        try:
+            fresh = dict(reprepare(batch, participants, lost))
+        except RepairImpossibleError as exc:
+            raise RepairImpossibleError(_impossible(batch, described, str(exc)), described) from exc
+        problems = _mismatches(lost, fresh)
+        if problems:
+            self._discard(fresh.values())
+            raise RepairImpossibleError(
+                _impossible(batch, described, "; ".join(problems)), described
+            )
+        recorded: set[int] = set()
+        try:
+            for p in lost:
+                self.ledger.replace_participant(export_id, run_key, fresh[p.index])
+                recorded.add(p.index)
+        except Exception:
+            self._discard(c for i, c in fresh.items() if i not in recorded)
+            raise
+        log.info(
+            "%s: re-prepared %s; recorded LOST -> PREPARED, committing them now",
+            label,
+            names,
+        )
+        return described
+
+    def _discard(self, committables: Iterable[Committable]) -> None:
+        """Abort re-prepared transactions that will not be recorded (best effort: they
+        would time out anyway, but until then they hold read_committed consumers back)."""
+        todo = [c for c in committables if not c.is_empty]
+        if not todo:
+            return
+        try:
+            self.controller.abort_all(todo)
+        except Kafka2pcError as exc:
+            log.error(
+                "could not abort re-prepared transactions %s (%s); they end at their timeout",
+                [c.transactional_id for c in todo],
+                exc,
             )
 
     # -- abort ----------------------------------------------------------------
@@ -192,6 +348,66 @@ class Coordinator:
         """Abort whatever these ids left open (their producer ids/epochs are unknown)."""
         for tid in transactional_ids:
             self.controller.fence(tid, FENCE_TIMEOUT_MS)
+
+
+def _time_left(participants: Sequence[Participant]) -> str:
+    """How long the earliest of these transactions has left, for the log."""
+    expiry = [
+        e for p in participants if not p.committable.is_empty and (e := p.committable.expires_at_ms)
+    ]
+    if not expiry:
+        return "none of them can time out"
+    left = min(expiry) / 1000 - time.time()
+    if left >= 0:
+        return f"{left:.1f} s before the earliest transaction timeout"
+    return f"the earliest transaction timed out {-left:.1f} s ago: expect LOST participants"
+
+
+def _mismatches(lost: Sequence[Participant], fresh: Mapping[int, Committable]) -> list[str]:
+    problems = []
+    for p in lost:
+        c = fresh.get(p.index)
+        if c is None:
+            problems.append(f"partition {p.index} was not re-prepared")
+        elif c.transactional_id != p.transactional_id:
+            problems.append(
+                f"partition {p.index} was re-prepared under {c.transactional_id!r}, "
+                f"not its own {p.transactional_id!r}"
+            )
+        elif c.record_count != p.committable.record_count:
+            problems.append(
+                f"partition {p.index} re-prepared {c.record_count} rows, "
+                f"{p.committable.record_count} recorded"
+            )
+    extra = sorted(set(fresh) - {p.index for p in lost})
+    if extra:
+        problems.append(f"partitions {extra} were re-prepared but not lost")
+    return problems
+
+
+def _impossible(batch: Batch, lost: Sequence[LostPartition], why: str) -> str:
+    rows = sum(lp.records for lp in lost)
+    return (
+        f"batch {batch.export_id}/{batch.run_key}: verdict COMMIT, but "
+        f"{', '.join(str(lp) for lp in lost)} were LOST on the broker and cannot be "
+        f"re-prepared: {why}. Their {rows} rows are NOT in the topic; nothing was written "
+        "twice. The batch stays COMMIT_DECIDED with these participants LOST: restore the "
+        "source as it was at the prepare and run the commit again, or export the missing "
+        "rows by hand and settle the batch."
+    )
+
+
+def _with_repaired(finished: Finished, repaired: Sequence[LostPartition]) -> Finished:
+    return Finished(
+        finished.batch,
+        finished.resolutions,
+        finished.fenced,
+        finished.records,
+        finished.records_now,
+        finished.seconds,
+        [*finished.notes, f"repaired {', '.join(str(lp) for lp in repaired)}"],
+        tuple(repaired),
+    )
 
 
 def _verdict(batch: Batch) -> str:

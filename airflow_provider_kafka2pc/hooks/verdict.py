@@ -4,6 +4,11 @@ COMMIT only when every leased id came back as a prepared participant, their reco
 up to the source's rows, every transaction is still open on the broker, and the commit
 has at least the commit margin before the earliest transaction timeout. Anything else
 is ABORT, with a reason a person can act on.
+
+The timeout guard reads each committable's ``expires_at_ms``: a KIP-939 2PC transaction
+has none (the coordinator never times it out), so only classic ones bound the commit. A
+COMMIT whose commit then takes longer than the margin anyway finds the participant LOST,
+which loss repair (:mod:`.coordinator`) mends; the guard makes that the exception.
 """
 
 from __future__ import annotations
@@ -27,12 +32,24 @@ ONGOING = "Ongoing"
 class Assessment:
     verdict: Verdict
     reason: str
-    #: Earliest participant timeout (epoch ms), None when no transaction was opened.
+    #: When the first participant times out (epoch ms); None when none can (nothing was
+    #: opened, or every transaction is a KIP-939 2PC one).
     earliest_deadline_ms: int | None = None
+    #: Seconds from the judgement to that timeout (None as above).
+    seconds_left: float | None = None
 
 
 def earliest_deadline_ms(participants: Sequence[Participant]) -> int | None:
-    deadlines = [p.committable.deadline_ms for p in participants if not p.committable.is_empty]
+    """When the first participant's transaction times out on the broker (epoch ms).
+
+    None when none can: no transaction was opened, or each is a 2PC one
+    (:attr:`Committable.expires_at_ms` is None: there is no deadline to guard).
+    """
+    deadlines = [
+        expires
+        for p in participants
+        if not p.committable.is_empty and (expires := p.committable.expires_at_ms) is not None
+    ]
     return min(deadlines) if deadlines else None
 
 
@@ -68,27 +85,65 @@ def assess(
         return abort(
             f"participants hold {records} records but the source had {batch.source_rows} rows"
         )
-    deadline = earliest_deadline_ms(participants)
-    if deadline is None:
-        return Assessment(Verdict.COMMIT, "the source was empty: nothing to commit")
-    left_ms = deadline - now_ms
-    if left_ms <= commit_margin_ms:
-        return abort(
-            f"{left_ms / 1000:.0f} s left before the earliest transaction timeout, "
-            f"less than the commit margin of {commit_margin_ms / 1000:.0f} s",
-            deadline,
-        )
     live = [p.committable for p in participants if not p.committable.is_empty]
+    if not live:
+        return Assessment(Verdict.COMMIT, "the source was empty: nothing to commit")
+    label = f"{batch.export_id}/{batch.run_key}"
+    deadline = earliest_deadline_ms(participants)
+    left_s: float | None = None
+    if deadline is None:
+        log.info(
+            "%s: no participant can time out (KIP-939 2PC transactions): no commit margin to keep",
+            label,
+        )
+        timing = "none of them can time out (2PC)"
+    else:
+        left_s = (deadline - now_ms) / 1000
+        first = min(
+            (
+                p
+                for p in participants
+                if not p.committable.is_empty and p.committable.expires_at_ms == deadline
+            ),
+            key=lambda p: p.index,
+        )
+        log.info(
+            "%s: %.1f s left before the earliest transaction timeout (partition %d, %s); "
+            "commit margin %.1f s",
+            label,
+            left_s,
+            first.index,
+            first.transactional_id,
+            commit_margin_ms / 1000,
+        )
+        if deadline - now_ms <= commit_margin_ms:
+            when = (
+                f"{left_s:.1f} s left before the earliest transaction timeout"
+                if left_s > 0
+                else f"the earliest transaction timed out {-left_s:.1f} s ago"
+            )
+            return Assessment(
+                Verdict.ABORT,
+                f"{when} (partition {first.index}, {first.transactional_id}), less than the "
+                f"commit margin of {commit_margin_ms / 1000:.1f} s: the commit could not "
+                "finish in time",
+                deadline,
+                left_s,
+            )
+        timing = f"{left_s:.1f} s before the earliest transaction timeout"
     closed = not_open(protocol, live)
     if closed:
-        return abort(
-            f"no longer open: {'; '.join(f'{t} ({why})' for t, why in closed.items())}", deadline
+        return Assessment(
+            Verdict.ABORT,
+            f"no longer open: {'; '.join(f'{t} ({why})' for t, why in closed.items())}",
+            deadline,
+            left_s,
         )
     return Assessment(
         Verdict.COMMIT,
-        f"{len(participants)} participants prepared {records} records, all open, "
-        f"{left_ms / 1000:.0f} s before the earliest transaction timeout",
+        f"{len(participants)} participants prepared {records} records, all open, {timing}",
         deadline,
+        left_s,
     )
 
 

@@ -4,27 +4,39 @@ Both operators read the verdict from the ledger (never from XCom), finish what i
 final yet with ONE ``commit_all``/``abort_all``, and record each outcome, so a retry or a
 clear picks up where the last try stopped. The abort task then FAILS, so that an
 aborted export shows as a failed run.
+
+The commit task also repairs loss: a participant the broker aborted before the commit
+(timed out, fenced) is re-prepared by the export's own prepare task, run again for just
+those partitions, and committed; see :mod:`..hooks.coordinator`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.observability.stats import Stats
 
 from ..hooks.coordinator import (
+    MAX_REPAIRS,
     Coordinator,
     Finished,
     NothingPreparedError,
     ParticipantLostError,
+    RepairImpossibleError,
+    Reprepare,
     VerdictMismatchError,
 )
 from ..hooks.export import ExportHook
+from ..ledger import Batch, Participant
+from ..transaction.committable import Committable
 from ..transaction.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .prepare import SparkKafkaPrepareOperator
 
 
 class _FinishOperator(BaseOperator):
@@ -65,6 +77,10 @@ class _FinishOperator(BaseOperator):
             "records_now": finished.records_now,
             "outcomes": {r.transactional_id: r.outcome.value for r in finished.resolutions},
             "fenced": list(finished.fenced),
+            "repaired": [
+                {"partition": lp.index, "transactional_id": lp.transactional_id, "rows": lp.records}
+                for lp in finished.repaired
+            ],
         }
 
 
@@ -73,22 +89,50 @@ class KafkaTransactionCommitOperator(_FinishOperator):
 
     On success the batch is COMMITTED in the ledger and, when ``outlets`` hold the topic's
     asset, an asset event carries ``{"run_key", "committed"}`` in its extra; downstream
-    DAGs scheduled on it run on committed data only. A participant found LOST (aborted on
-    the broker before the commit) fails the task naming it: retrying cannot bring its
-    records back.
+    DAGs scheduled on it run on committed data only.
+
+    A participant found LOST (aborted on the broker before the commit: the data loss
+    Flink's exactly-once sink suffers silently) is recorded LOST, re-prepared by the
+    export's prepare task for just its partition, and committed, so the batch still ends
+    COMMITTED exactly once. When the source no longer yields the recorded partitions the
+    task fails (no retry) naming the lost partitions and their rows; the batch stays
+    COMMIT_DECIDED with them LOST, for an operator.
 
     :param export_id: the export. (templated)
     :param run_key: the run's key. (templated)
     :param kafka_conn_id: the official provider's ``kafka`` connection.
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
+    :param prepare_task_id: the :class:`SparkKafkaPrepareOperator` that prepared the batch,
+        used again to re-prepare lost partitions; default: the one upstream of this task.
+    :param repair_lost: re-prepare lost participants (False: fail naming them instead).
+    :param max_repairs: repair rounds one try may run (a repaired participant can be lost
+        again when the commit is delayed past its timeout once more).
     """
 
     ui_color = "#90ee90"
+
+    def __init__(
+        self,
+        *,
+        prepare_task_id: str | None = None,
+        repair_lost: bool = True,
+        max_repairs: int = MAX_REPAIRS,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(max_repairs, bool) or not isinstance(max_repairs, int) or max_repairs < 0:
+            raise ConfigurationError(f"max_repairs must be an integer >= 0, got {max_repairs!r}")
+        super().__init__(**kwargs)
+        self.prepare_task_id = prepare_task_id
+        self.repair_lost = repair_lost
+        self.max_repairs = max_repairs
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             with ExportHook(self.kafka_conn_id, self.ledger_conn_id).coordinator() as coordinator:
                 finished = self.commit(context, coordinator)
+        except RepairImpossibleError as exc:
+            self.log.error("%s: LOST and not repairable: %s", self.label, _lost(exc))
+            raise AirflowFailException(str(exc)) from exc
         except (
             ParticipantLostError,
             VerdictMismatchError,
@@ -97,6 +141,18 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         ) as exc:
             raise AirflowFailException(str(exc)) from exc
         batch = finished.batch
+        if finished.repaired:
+            self.log.warning(
+                "%s: repaired loss: %s were aborted on the broker after the COMMIT verdict; "
+                "re-prepared from the source and committed",
+                self.label,
+                ", ".join(str(lp) for lp in finished.repaired),
+            )
+            Stats.incr(
+                "kafka2pc.commit.repaired_partitions",
+                count=len(finished.repaired),
+                tags=self._tags(batch.topic),
+            )
         self.log.info(
             "%s: COMMITTED %d records in %d participants (%d committed by this try, %.2f s)",
             self.label,
@@ -121,8 +177,65 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         return self._result(finished)
 
     def commit(self, context: Context, coordinator: Coordinator) -> Finished:
-        """The commit itself; a subclass may wrap it (it is idempotent)."""
-        return coordinator.commit(self.export_id, self.run_key)
+        """The commit itself, loss repair included; a subclass may wrap it (it is idempotent)."""
+        reprepare = self.reprepare_with(context) if self.repair_lost else None
+        return coordinator.commit(
+            self.export_id, self.run_key, reprepare, max_repairs=self.max_repairs
+        )
+
+    def reprepare_with(self, context: Context) -> Reprepare:
+        """Loss repair's re-prepare: the prepare task, its templates rendered for this run,
+        runs its Spark job again for the lost partitions only."""
+
+        def reprepare(
+            batch: Batch, participants: Sequence[Participant], lost: Sequence[Participant]
+        ) -> Mapping[int, Committable]:
+            try:
+                prepare = self.prepare_task().prepare_for_execution()
+            except ConfigurationError as exc:
+                raise RepairImpossibleError(str(exc)) from exc
+            prepare.render_template_fields(context)
+            return prepare.reprepare(context, batch, participants, lost)
+
+        return reprepare
+
+    def prepare_task(self) -> SparkKafkaPrepareOperator:
+        """The prepare task of this export: ``prepare_task_id``, else the one upstream."""
+        from .prepare import SparkKafkaPrepareOperator
+
+        if self.prepare_task_id is not None:
+            task = self.dag.get_task(self.prepare_task_id)
+            if not isinstance(task, SparkKafkaPrepareOperator):
+                raise ConfigurationError(
+                    f"prepare_task_id {self.prepare_task_id!r} is a {type(task).__name__}, "
+                    "not a SparkKafkaPrepareOperator: lost partitions cannot be re-prepared"
+                )
+            return task
+        found: list[SparkKafkaPrepareOperator] = []
+        seen: set[str] = set()
+        todo = list(self.upstream_list)
+        while todo:
+            task = todo.pop()
+            if task.task_id in seen:
+                continue
+            seen.add(task.task_id)
+            if isinstance(task, SparkKafkaPrepareOperator):
+                found.append(task)
+            else:
+                todo.extend(task.upstream_list)
+        if len(found) > 1:  # several exports chained: this one's (export ids unrendered)
+            found = [t for t in found if t.export_id == self.export_id]
+        if len(found) != 1:
+            raise ConfigurationError(
+                f"{len(found)} SparkKafkaPrepareOperator tasks of export {self.export_id!r} "
+                f"upstream of {self.task_id!r}: set prepare_task_id to re-prepare lost "
+                "partitions"
+            )
+        return found[0]
+
+
+def _lost(exc: ParticipantLostError) -> str:
+    return ", ".join(str(lp) for lp in exc.lost) or str(exc)
 
 
 class KafkaTransactionAbortOperator(_FinishOperator):

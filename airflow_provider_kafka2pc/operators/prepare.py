@@ -4,6 +4,10 @@ Everything a user can get wrong is checked before the ledger is touched (connect
 topic, source), so bad input leaves nothing behind. A run key already COMMITTED writes
 nothing and skips downstream; one with a verdict is not prepared again. Kafka settings
 reach the Spark job in a private file (``--kafka-config-file``), never on its command line.
+
+The same operator re-prepares lost partitions for loss repair (:meth:`reprepare`, called
+by the commit task): the same application, source and Spark settings, writing only those
+partitions, and only if the source still yields the recorded counts.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, ClassVar
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowNotFoundException,
     AirflowSkipException,
@@ -28,12 +33,13 @@ from airflow.sdk.exceptions import (
 from airflow.sdk.observability.stats import Stats
 
 from ..hooks.connections import require_connection
-from ..hooks.coordinator import Coordinator
+from ..hooks.coordinator import Coordinator, RepairFailedError, RepairImpossibleError
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
-from ..ledger import Batch, BatchState, Ledger
+from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION
 from ..transaction.batch import PreparedBatch
+from ..transaction.committable import Committable
 from ..transaction.errors import CommittableError, ConfigurationError, Kafka2pcError
 from ..transaction.naming import validate_transactional_id
 from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
@@ -43,6 +49,8 @@ from .spark_job import (
     committables_for,
     default_spark_binary,
     local_path,
+    repair_arguments,
+    repaired_committables,
     source_arguments,
     summary,
 )
@@ -240,25 +248,121 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self, context: Context, kafka: Kafka2pcHook, batch: Batch, source_args: list[str]
     ) -> PreparedBatch:
         """Submit the packaged application (:class:`SparkSubmitOperator`); read its manifest."""
-        with kafka.config_file() as config_path, self._manifest(batch) as (manifest, read):
+        with self._manifest(batch, f"attempt-{batch.attempt}") as (manifest, read):
+            self.submit(context, kafka, batch, [*source_args, *self._writer_args()], manifest)
+            return _read_manifest(manifest, read)
+
+    # -- loss repair --------------------------------------------------------------------
+
+    def reprepare(
+        self,
+        context: Context,
+        batch: Batch,
+        participants: Sequence[Participant],
+        lost: Sequence[Participant],
+    ) -> dict[int, Committable]:
+        """Write the ``lost`` partitions again, each under its own id, from the same input.
+
+        Call it on a copy whose templates are rendered for the batch's run. The whole input
+        is partitioned as at the prepare; the application refuses (writes nothing) unless
+        every partition holds the rows its participant recorded.
+
+        :raises RepairImpossibleError: the source changed or is gone.
+        :raises RepairFailedError: the job failed otherwise; a retry may succeed.
+        """
+        label = f"{self.export_id}/{self.run_key}"
+        names = ", ".join(
+            f"partition {p.index} ({p.transactional_id}, {p.committable.record_count} rows)"
+            for p in lost
+        )
+        try:
+            source_args = source_arguments(self.source)
+        except ConfigurationError as exc:
+            raise RepairImpossibleError(f"the prepare's source is unusable: {exc}") from exc
+        path = self.source.get("path")
+        local = local_path(str(path)) if path else None
+        if local is not None and not local.exists():
+            raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
+        repair_args = repair_arguments(participants, lost)
+        kafka = Kafka2pcHook(self.kafka_conn_id)
+        self.log.warning("%s: re-preparing %s with the prepare's Spark job", label, names)
+        started = time.monotonic()
+        name = f"attempt-{batch.attempt}-repair-{time.time_ns()}"
+        with self._manifest(batch, name) as (manifest, read):
+            args = [*source_args, *self._writer_args(), *repair_args]
+            try:
+                self.submit(context, kafka, batch, args, manifest, run_id_suffix="-repair")
+            except (AirflowException, Kafka2pcError) as exc:
+                refusal = _refusal(read)
+                if refusal is not None:
+                    raise RepairImpossibleError(refusal) from exc
+                self._fence(kafka, [p.transactional_id for p in lost])
+                raise RepairFailedError(
+                    f"{label}: re-preparing {names} failed ({exc}); they stay LOST and the "
+                    "batch COMMIT_DECIDED: a retry of the commit task re-prepares them"
+                ) from exc
+            prepared = _read_manifest(manifest, read)
+        fresh = repaired_committables(prepared, batch, lost)
+        expiry = [e for c in fresh.values() if (e := c.expires_at_ms) is not None]
+        self.log.info(
+            "%s: re-prepared %d rows in %d partitions in %.1f s; earliest timeout in %s",
+            label,
+            prepared.source_rows,
+            len(fresh),
+            time.monotonic() - started,
+            f"{min(expiry) / 1000 - time.time():.1f} s" if expiry else "never (2PC)",
+        )
+        return fresh
+
+    def _fence(self, kafka: Kafka2pcHook, transactional_ids: Sequence[str]) -> None:
+        """Abort whatever a failed repair job left open under these ids (best effort)."""
+        try:
+            with kafka.controller() as controller:
+                for tid in transactional_ids:
+                    controller.fence(tid)
+        except Kafka2pcError as exc:
+            self.log.error(
+                "could not fence %s after the failed repair (%s); what it left open ends at "
+                "its transaction timeout",
+                list(transactional_ids),
+                exc,
+            )
+
+    # -- spark-submit -------------------------------------------------------------------
+
+    def _writer_args(self) -> list[str]:
+        return [
+            "--topic",
+            self.topic,
+            "--transaction-timeout-ms",
+            str(self.transaction_timeout_ms),
+            *(["--key-column", self.key_column] if self.key_column else []),
+            *(["--value-column", self.value_column] if self.value_column else []),
+            *[arg for h in self.header_columns for arg in ("--header-column", h)],
+        ]
+
+    def submit(
+        self,
+        context: Context,
+        kafka: Kafka2pcHook,
+        batch: Batch,
+        args: list[str],
+        manifest: str,
+        run_id_suffix: str = "",
+    ) -> None:
+        """One spark-submit of the packaged application through :class:`SparkSubmitOperator`."""
+        with kafka.config_file() as config_path:
             self.application = APPLICATION
             self.application_args = [
-                *source_args,
-                "--topic",
-                self.topic,
+                *args,
                 "--transactional-ids",
                 ",".join(batch.transactional_ids),
                 "--kafka-config-file",
                 str(config_path),
                 "--manifest",
                 manifest,
-                "--transaction-timeout-ms",
-                str(self.transaction_timeout_ms),
                 "--run-id",
-                f"{self.export_id}/{self.run_key}#{batch.attempt}",
-                *(["--key-column", self.key_column] if self.key_column else []),
-                *(["--value-column", self.value_column] if self.value_column else []),
-                *[arg for h in self.header_columns for arg in ("--header-column", h)],
+                f"{self.export_id}/{self.run_key}#{batch.attempt}{run_id_suffix}",
             ]
             self.conf = {
                 **DEFAULT_SPARK_CONF,
@@ -270,21 +374,17 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                 # SparkSubmitOperator's own attribute: a pip-installed pyspark has no
                 # spark-submit on PATH, but ships one.
                 self._spark_binary = default_spark_binary()
+            # The hook is built from the arguments above: never reuse one built for others.
+            self._hook = None
             super().execute(context)
-            try:
-                return PreparedBatch.from_json(read())
-            except (OSError, CommittableError) as exc:
-                raise Kafka2pcError(
-                    f"the prepare job's manifest {manifest} is unusable: {exc}"
-                ) from exc
 
     @contextmanager
-    def _manifest(self, batch: Batch) -> Iterator[tuple[str, Any]]:
+    def _manifest(self, batch: Batch, name: str) -> Iterator[tuple[str, Any]]:
         """(where the job writes the manifest, how to read it back)."""
         if self.manifest_dir:
             uri = (
                 f"{self.manifest_dir.rstrip('/')}/{_safe(self.export_id)}/{_safe(self.run_key)}"
-                f"/attempt-{batch.attempt}.json"
+                f"/{name}.json"
             )
             local = local_path(uri)
             if local is not None:
@@ -298,6 +398,22 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         with tempfile.TemporaryDirectory(prefix="kafka2pc-manifest-") as directory:
             path = Path(directory) / "manifest.json"
             yield str(path), path.read_text
+
+
+def _read_manifest(manifest: str, read: Any) -> PreparedBatch:
+    try:
+        return PreparedBatch.from_json(read())
+    except (OSError, CommittableError) as exc:
+        raise Kafka2pcError(f"the prepare job's manifest {manifest} is unusable: {exc}") from exc
+
+
+def _refusal(read: Any) -> str | None:
+    """Why a failed repair run refused to write, when its manifest says so; else None."""
+    try:
+        refused = PreparedBatch.from_json(read()).metadata.get("refused")
+    except (OSError, CommittableError):
+        return None
+    return str(refused) if refused else None
 
 
 def spark_extra(conn_id: str) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """The prepare application as the prepare operator drives it, free of Airflow.
 
 Its command-line source options, which spark-submit to run, what its manifest must hold,
-and the summary that goes to XCom (counts, ids and deadlines, never settings).
+and the summary that goes to XCom (counts, ids and deadlines, never settings); and the
+same application as loss repair drives it (only the lost partitions, checked against the
+recorded counts).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..hooks.coordinator import RepairImpossibleError
 from ..ledger import Batch, Participant
 from ..transaction.batch import PreparedBatch
 from ..transaction.committable import Committable
@@ -109,9 +112,52 @@ def committables_for(
     return list(prepared.committables)
 
 
+def repair_arguments(participants: Sequence[Participant], lost: Sequence[Participant]) -> list[str]:
+    """The application's loss-repair options: write only the ``lost`` partitions, and only
+    if every partition still holds the rows its participant recorded."""
+    if [p.index for p in participants] != list(range(len(participants))):
+        raise RepairImpossibleError(
+            f"the batch's participants are indexed {[p.index for p in participants]}, "
+            "not 0..n-1: the partitioning cannot be recomputed"
+        )
+    return [
+        "--only-partitions",
+        ",".join(str(p.index) for p in sorted(lost, key=lambda p: p.index)),
+        "--expected-partition-rows",
+        ",".join(str(p.committable.record_count) for p in participants),
+    ]
+
+
+def repaired_committables(
+    prepared: PreparedBatch, batch: Batch, lost: Sequence[Participant]
+) -> dict[int, Committable]:
+    """The re-prepared committables by partition index, from a repair run's manifest.
+
+    A manifest that says the application refused (the source changed or is gone) raises
+    :class:`RepairImpossibleError` with its reason.
+    """
+    refused = prepared.metadata.get("refused")
+    if refused:
+        raise RepairImpossibleError(str(refused))
+    if prepared.topic != batch.topic:
+        raise Kafka2pcError(f"the manifest is for topic {prepared.topic!r}, not {batch.topic!r}")
+    indexes = sorted(p.index for p in lost)
+    written = prepared.metadata.get("partitions")
+    if written != indexes or len(prepared.committables) != len(indexes):
+        raise Kafka2pcError(
+            f"the repair manifest holds partitions {written} "
+            f"({len(prepared.committables)} committables), not the lost {indexes}"
+        )
+    return dict(zip(indexes, prepared.committables, strict=True))
+
+
 def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]:
     """What the prepare hands downstream through XCom: counts, ids, deadlines; no settings."""
-    deadlines = [p.committable.deadline_ms for p in participants if not p.committable.is_empty]
+    deadlines = [
+        expires
+        for p in participants
+        if not p.committable.is_empty and (expires := p.committable.expires_at_ms) is not None
+    ]
     earliest = min(deadlines) if deadlines else None
     return {
         "export_id": batch.export_id,

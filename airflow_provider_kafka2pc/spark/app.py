@@ -9,6 +9,12 @@
 Exit 0 only when every partition prepared; the manifest (the PreparedBatch as JSON) is
 written atomically (temporary file, then rename) through Hadoop's FileSystem, so any
 Hadoop-supported URI works. Without a manifest the orchestrator must abort the ids.
+
+Loss repair: ``--only-partitions 2,5`` with the batch's full id list partitions the input
+exactly as the prepare did and writes only those partitions (under their own ids);
+``--expected-partition-rows`` gives every partition's recorded rows. When the source no
+longer yields them (or cannot be read), nothing is written: the manifest then holds no
+committable and ``metadata.refused`` says why, and the exit code is 3.
 """
 
 from __future__ import annotations
@@ -21,15 +27,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_kafka2pc.spark.prepare import prepare_dataframe
+from airflow_provider_kafka2pc.spark.prepare import SourceChangedError, prepare_dataframe
 from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
 from airflow_provider_kafka2pc.transaction.errors import ConfigurationError, Kafka2pcError
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 from airflow_provider_kafka2pc.transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 log = logging.getLogger("kafka2pc.spark.app")
+
+#: Exit code of a repair that refused to write (the source changed or is gone).
+EXIT_REFUSED = 3
+
+
+def _indexes(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -71,6 +90,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--run-id")
     parser.add_argument("--manifest", required=True, help="where to write the PreparedBatch JSON")
+    parser.add_argument(
+        "--only-partitions",
+        type=_indexes,
+        help="loss repair: write only these partition indexes (comma-separated); "
+        "--transactional-ids still lists one id per partition",
+    )
+    parser.add_argument(
+        "--expected-partition-rows",
+        type=_indexes,
+        help="loss repair: every partition's recorded rows (comma-separated); a source that "
+        "no longer yields them is refused before anything is written",
+    )
     return parser.parse_args(argv)
 
 
@@ -138,19 +169,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("airflow_provider_kafka2pc", log.name):
         logging.getLogger(name).setLevel(logging.INFO)
     args = parse_args(argv)
-    spark = SparkSession.builder.appName(f"kafka2pc-prepare-{args.topic}").getOrCreate()
+    repair = args.only_partitions is not None
+    spark = SparkSession.builder.appName(
+        f"kafka2pc-{'repair' if repair else 'prepare'}-{args.topic}"
+    ).getOrCreate()
     try:
-        batch = prepare_dataframe(
-            read_source(spark, args),
-            topic=args.topic,
-            transactional_ids=[t.strip() for t in args.transactional_ids.split(",") if t.strip()],
-            producer_config=kafka_config(args),
-            key_column=args.key_column,
-            value_column=args.value_column,
-            header_columns=args.header_columns,
-            transaction_timeout_ms=args.transaction_timeout_ms,
-            run_id=args.run_id,
-        )
+        try:
+            source = read_source(spark, args)
+        except AnalysisException as exc:
+            if not repair:
+                raise
+            return refuse(spark, args, f"the source cannot be read any more: {exc}", ())
+        try:
+            batch = prepare_dataframe(
+                source,
+                topic=args.topic,
+                transactional_ids=[
+                    t.strip() for t in args.transactional_ids.split(",") if t.strip()
+                ],
+                producer_config=kafka_config(args),
+                key_column=args.key_column,
+                value_column=args.value_column,
+                header_columns=args.header_columns,
+                transaction_timeout_ms=args.transaction_timeout_ms,
+                run_id=args.run_id,
+                only_partitions=args.only_partitions,
+                expected_partition_rows=args.expected_partition_rows,
+            )
+        except SourceChangedError as exc:
+            return refuse(spark, args, str(exc), exc.partition_rows)
         write_manifest(spark, args.manifest, batch)
     except Kafka2pcError as exc:
         log.error("%s", exc)
@@ -163,11 +210,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         "manifest": args.manifest,
         "source_rows": batch.source_rows,
         "transactions": sum(1 for c in batch.committables if not c.is_empty),
+        **({"partitions": args.only_partitions} if repair else {}),
     }
     if batch.is_empty:
         summary["message"] = "source is empty; nothing prepared"
     print(json.dumps(summary), flush=True)
     return 0
+
+
+def refuse(
+    spark: SparkSession, args: argparse.Namespace, why: str, partition_rows: Sequence[int]
+) -> int:
+    """A repair that wrote nothing: the manifest says why (the orchestrator reads it)."""
+    log.error("refusing to re-prepare partitions %s: %s", args.only_partitions, why)
+    refused = PreparedBatch(
+        run_id=args.run_id or "",
+        topic=args.topic,
+        committables=(),
+        source_rows=0,
+        partition_rows=tuple(partition_rows),
+        metadata={"refused": why, "partitions": list(args.only_partitions)},
+    )
+    write_manifest(spark, args.manifest, refused)
+    print(json.dumps({"error": "RepairRefused", "message": why}), flush=True)
+    return EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ Order of work, chosen so that a transaction is open only while its records are w
 3. run ``mapInArrow``: each partition writes its transaction and reports its committable;
 4. check that every partition reported exactly one committable whose count equals its
    input count, else fail naming the partitions (the orchestrator aborts the leased ids).
+
+Loss repair re-runs the same prepare with ``only_partitions``: the whole input is
+partitioned exactly as before (same ids, same number of partitions), its per-partition
+counts are compared with the recorded ones (``expected_partition_rows``) BEFORE any
+transaction opens, and only the selected partitions write.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark import StorageLevel
@@ -64,6 +69,18 @@ class PrepareError(Kafka2pcError):
     """The Spark job did not prepare every partition; abort the run's transactional ids."""
 
 
+class SourceChangedError(Kafka2pcError):
+    """A re-prepare found other partition counts than the recorded ones; nothing was written.
+
+    The input is no longer the one the batch was prepared from, so a lost partition cannot
+    be recomputed: re-writing it would commit records the rest of the batch never had.
+    """
+
+    def __init__(self, message: str, partition_rows: Sequence[int]) -> None:
+        super().__init__(message)
+        self.partition_rows = tuple(partition_rows)
+
+
 def prepare_dataframe(
     df: DataFrame,
     *,
@@ -77,6 +94,8 @@ def prepare_dataframe(
     run_id: str | None = None,
     require_keys: bool | None = None,
     on_batch: BatchHook | None = None,
+    only_partitions: Sequence[int] | None = None,
+    expected_partition_rows: Sequence[int] | None = None,
 ) -> PreparedBatch:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -92,13 +111,23 @@ def prepare_dataframe(
     :param require_keys: refuse null keys (default: whenever ``key_column`` is given).
     :param on_batch: called on the executor after each Arrow batch is queued, with
         (partition, attempt, rows so far): progress reporting, and fault injection in tests.
-    :return: the prepared batch; its transactions stay open for the commit phase.
+    :param only_partitions: write only these partition indexes (loss repair); the input is
+        still partitioned into ``len(transactional_ids)`` partitions, and partition ``i``
+        still writes under ``transactional_ids[i]``. The other ids are not touched.
+    :param expected_partition_rows: the recorded rows of every partition; a recomputed
+        input that differs raises :class:`SourceChangedError` before anything is written.
+    :return: the prepared batch; its transactions stay open for the commit phase. With
+        ``only_partitions`` it holds the selected partitions' committables in index order
+        (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
+        rows in ``partition_rows``.
     """
     ids = [validate_transactional_id(t, "transactional_ids[]") for t in transactional_ids]
     if not ids:
         raise ConfigurationError("transactional_ids must name at least one id")
     if len(set(ids)) != len(ids):
         raise ConfigurationError("transactional_ids must be distinct")
+    selected = _selected(only_partitions, len(ids))
+    expected = _expected(expected_partition_rows, len(ids))
     spark = df.sparkSession
     if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
         raise ConfigurationError(
@@ -112,7 +141,9 @@ def prepare_dataframe(
     prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         partition_rows, null_keys = materialise(prepared, len(ids))
-        source_rows = sum(partition_rows)
+        if expected is not None:
+            _check_unchanged(partition_rows, expected)
+        source_rows = sum(partition_rows[i] for i in selected)
         if source_rows == 0:
             log.warning("run %s: the source is empty; nothing prepared", run_id)
             return PreparedBatch(
@@ -131,16 +162,20 @@ def prepare_dataframe(
         writer = partition_writer(
             ids, producer_config, topic, transaction_timeout_ms, list(header_columns), on_batch
         )
+        if len(selected) < len(ids):
+            writer = _only(writer, selected)
         try:
             reports = prepared.mapInArrow(writer, RESULT_SCHEMA).collect()
         except Exception as exc:  # Py4JJavaError / PythonException: the job failed
             raise PrepareError(
                 f"the prepare job failed ({type(exc).__name__}); some partitions may hold "
-                f"open transactions: abort (fence) this run's ids {ids}"
+                f"open transactions: abort (fence) this run's ids "
+                f"{[ids[i] for i in selected]}"
             ) from exc
     finally:
         prepared.unpersist()
-    committables = _check_reports(reports, ids, partition_rows)
+    committables = _check_reports(reports, ids, partition_rows, selected)
+    partial = {"partitions": list(selected)} if len(selected) < len(ids) else {}
     batch = PreparedBatch(
         run_id=run_id,
         topic=topic,
@@ -152,10 +187,77 @@ def prepare_dataframe(
             "started_ms": int(started * 1000),
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},
+            **partial,
         },
     )
-    log.info("run %s: prepared %d rows in %d transactions", run_id, source_rows, len(ids))
+    log.info(
+        "run %s: prepared %d rows in %d transactions%s",
+        run_id,
+        source_rows,
+        len(selected),
+        f" (partitions {list(selected)} of {len(ids)})" if partial else "",
+    )
     return batch
+
+
+def _selected(only_partitions: Sequence[int] | None, partitions: int) -> tuple[int, ...]:
+    """The partition indexes to write, ascending; all of them by default."""
+    if only_partitions is None:
+        return tuple(range(partitions))
+    chosen = list(only_partitions)
+    bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int)]
+    bad += [i for i in chosen if isinstance(i, int) and not 0 <= i < partitions]
+    if not chosen or bad:
+        raise ConfigurationError(
+            f"only_partitions must name partition indexes in 0..{partitions - 1} "
+            f"(one per transactional id), got {chosen}"
+        )
+    if len(set(chosen)) != len(chosen):
+        raise ConfigurationError(f"only_partitions names a partition twice: {chosen}")
+    return tuple(sorted(chosen))
+
+
+def _expected(rows: Sequence[int] | None, partitions: int) -> tuple[int, ...] | None:
+    if rows is None:
+        return None
+    counts = tuple(rows)
+    if len(counts) != partitions or any(
+        isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts
+    ):
+        raise ConfigurationError(
+            f"expected_partition_rows must hold {partitions} counts >= 0 (one per "
+            f"transactional id), got {list(counts)}"
+        )
+    return counts
+
+
+def _check_unchanged(partition_rows: Sequence[int], expected: Sequence[int]) -> None:
+    changed = [
+        f"partition {i}: {now} rows now, {then} recorded"
+        for i, (now, then) in enumerate(zip(partition_rows, expected, strict=True))
+        if now != then
+    ]
+    if changed:
+        raise SourceChangedError(
+            f"the source changed since the batch was prepared ({sum(partition_rows)} rows now, "
+            f"{sum(expected)} recorded; {'; '.join(changed)}): its partitions cannot be "
+            "recomputed, nothing was written",
+            partition_rows,
+        )
+
+
+def _only(writer: Any, selected: Sequence[int]) -> Any:
+    """The ``mapInArrow`` function restricted to ``selected`` partitions: the others read
+    their (cached) input and write nothing, not even an InitProducerId for their id."""
+    chosen = frozenset(selected)
+
+    def write_selected(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() in chosen:
+            yield from writer(batches)
+
+    return write_selected
 
 
 def partitioned_input(
@@ -255,14 +357,18 @@ def materialise(prepared: DataFrame, partitions: int) -> tuple[tuple[int, ...], 
 
 
 def _check_reports(
-    reports: list[Any], ids: Sequence[str], partition_rows: Sequence[int]
+    reports: list[Any],
+    ids: Sequence[str],
+    partition_rows: Sequence[int],
+    selected: Sequence[int] | None = None,
 ) -> tuple[Committable, ...]:
     by_partition: dict[int, list[Any]] = {}
     for report in reports:
         by_partition.setdefault(report["partition"], []).append(report)
     problems = []
     committables = []
-    for partition, tid in enumerate(ids):
+    for partition in range(len(ids)) if selected is None else selected:
+        tid = ids[partition]
         got = by_partition.get(partition, [])
         if len(got) != 1:
             problems.append(f"partition {partition} reported {len(got)} committables")
