@@ -99,6 +99,22 @@ def airflow_environment(
     }
 
 
+#: Settings from the surrounding shell that would point the demo at another Airflow, ledger
+#: or source; the demo is self-contained, so it drops them (its own are set after).
+OUTSIDE_SETTINGS = (
+    "AIRFLOW__",
+    "AIRFLOW_CONN_",
+    "AIRFLOW_VAR_",
+    "AIRFLOW_CONFIG",
+    "KAFKA2PC_ORDERS_",
+)
+
+
+def forget_outside_settings() -> None:
+    for name in [n for n in os.environ if n.startswith(OUTSIDE_SETTINGS)]:
+        del os.environ[name]
+
+
 def ensure_topic(protocol: KafkaProtocol) -> None:
     try:
         protocol.create_topic(TOPIC, TOPIC_PARTITIONS)
@@ -238,6 +254,7 @@ def main() -> int:
                 f"Airflow home {paths.airflow_home} ({'new' if first_time else 'kept'}): "
                 "metadata DB and coordinator ledger (SQLite)"
             )
+            forget_outside_settings()
             os.environ.update(airflow_environment(paths.airflow_home, bootstrap))
             print(
                 f"running {DAG_ID} with dag.test() for the interval {INTERVAL_START:%Y-%m-%d} .. "
