@@ -36,7 +36,7 @@ from ..hooks.connections import require_connection
 from ..hooks.coordinator import Coordinator, RepairFailedError, RepairImpossibleError
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
-from ..ledger import Batch, BatchState, Ledger, Participant
+from ..ledger import Batch, BatchState, Ledger, LedgerError, Participant
 from ..spark import APPLICATION
 from ..transaction.batch import PreparedBatch
 from ..transaction.committable import Committable
@@ -225,9 +225,23 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             Coordinator(ledger, controller).fence(batch.transactional_ids)
         prepared = self.run_spark(context, kafka, batch, source_args)
         committables = committables_for(prepared, batch, self.transaction_timeout_ms)
-        batch = ledger.record_prepared(
-            self.export_id, self.run_key, committables, source_rows=prepared.source_rows
-        )
+        try:
+            batch = ledger.record_prepared(
+                self.export_id, self.run_key, committables, source_rows=prepared.source_rows
+            )
+        except (LedgerError, CommittableError):
+            # Another run of this run key moved the batch on (a verdict, a new attempt)
+            # while Spark wrote: these transactions belong to no batch. End them now, by
+            # their exact producer id and epoch: a stale epoch cannot touch whoever holds
+            # the ids next, and leaving them open would stall read_committed consumers.
+            with kafka.controller() as controller:
+                ended = controller.abort_all(committables)
+            self.log.warning(
+                "%s: the ledger refused this prepare's committables; aborted them: %s",
+                label,
+                [f"{r.transactional_id}: {r.outcome.value}" for r in ended],
+            )
+            raise
         result = summary(batch, ledger.participants(self.export_id, self.run_key))
         self.log.info(
             "%s: prepared %d rows in %d partitions %s; earliest transaction timeout in %s s",

@@ -1,0 +1,299 @@
+"""The fault rig: export runs in child processes, and what they leave behind.
+
+Each run is ``python -m tests.faults.child SPEC`` (``dag.test()`` in its own process,
+every task of the run in it), so a fault can kill the Airflow task process for real. The
+test process never imports Airflow: it reads the ledger (no Airflow imports), the
+broker (audit + read_committed) and the child's printed result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from tests.airflow import dagtest
+from tests.conftest import assert_exactly_once
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = 300
+#: Spark settings that halve a tiny job's time on a busy machine: the driver JVM (driver
+#: and executor in local mode) compiles with C1 only and collects with the serial GC.
+QUICK_SPARK = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+#: How long one child run may take (a Spark job on a busy 2-core machine included).
+RUN_TIMEOUT_S = 300.0
+
+
+@dataclass
+class ExportRun:
+    """A finished child: its exit code, ``dag.test()``'s result (None when killed), output."""
+
+    returncode: int
+    result: dict[str, Any] | None
+    output: str = field(repr=False)
+
+    @property
+    def killed(self) -> bool:
+        return self.returncode == -signal.SIGKILL
+
+    @property
+    def state(self) -> str | None:
+        return None if self.result is None else self.result["state"]
+
+    @property
+    def tasks(self) -> dict[str, str | None]:
+        return {} if self.result is None else self.result["tasks"]
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.output[-chars:]
+
+
+class Child:
+    """A running export run; :meth:`wait` returns its :class:`ExportRun`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
+        self.process = process
+        self.log = log
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait(self, timeout_s: float = RUN_TIMEOUT_S) -> ExportRun:
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(
+                f"export run still going after {timeout_s} s: {self.log}"
+            ) from None
+        output = self.log.read_text(errors="replace")
+        lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+        result = json.loads(lines[-1].removeprefix("RESULT ")) if lines else None
+        return ExportRun(self.process.returncode, result, output)
+
+
+class FaultRig:
+    """Runs one export (one DAG, one topic) in child processes against one broker and ledger.
+
+    :param settings: librdkafka settings of the broker the export writes to.
+    :param ledger_url: where the ledger is (SQLite file or PostgreSQL).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        dag_id: str,
+        topic: str,
+        settings: Mapping[str, Any],
+        ledger_url: str,
+        spark_master: str = "local[2]",
+    ) -> None:
+        self.root = root
+        self.dag_id = dag_id
+        self.topic = topic
+        self.settings = dict(settings)
+        self.ledger_url = ledger_url
+        self.spark_master = spark_master
+        self.home = root / "airflow"
+        self.fault_dir = root / "faults"
+        self.fault_dir.mkdir(parents=True, exist_ok=True)
+        self._children = 0
+
+    @property
+    def export_id(self) -> str:
+        return f"{self.dag_id}.{dagtest.GROUP_ID}"
+
+    @staticmethod
+    def run_key(day: int) -> str:
+        """The export's default run key for ``dag.test()``'s manual run of ``day``, whose
+        data interval starts and ends at the logical date."""
+        start = dagtest.logical_date(day).isoformat()
+        return f"{start}/{start}"
+
+    @staticmethod
+    def source_keys(day: int, rows: int = ROWS) -> set[bytes]:
+        """The record keys of interval ``day`` (see :func:`dagtest.orders_source`)."""
+        first = (dagtest.logical_date(day).day - 1) * dagtest.DAY_KEYS
+        return {str(i).encode() for i in range(first, first + rows)}
+
+    def env(self, spark_master: str | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update(dagtest.kafka_connection_env(self.settings))
+        env.update(dagtest.spark_connection_env(spark_master or self.spark_master))
+        env.update(ledger_connection_env(self.ledger_url))
+        env["PYTHONPATH"] = str(REPO)
+        return env
+
+    def start(
+        self,
+        day: int,
+        *,
+        faults: Mapping[str, list[Any]] | None = None,
+        home: Path | None = None,
+        spark_master: str | None = None,
+        **spec: Any,
+    ) -> Child:
+        """Start one run of interval ``day`` (``faults``: see :mod:`tests.faults.injected`)."""
+        self._children += 1
+        options = {"spark_conf": QUICK_SPARK, **spec.pop("options", {})}
+        full = {
+            "home": str(home or self.home),
+            "dag_id": self.dag_id,
+            "topic": self.topic,
+            "day": day,
+            "rows": ROWS,
+            "num_partitions": 3,
+            "fault_dir": str(self.fault_dir),
+            "faults": dict(faults or {}),
+            "options": options,
+            **spec,
+        }
+        log = self.root / f"run-{self._children}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.faults.child", json.dumps(full)],
+                cwd=REPO,
+                env=self.env(spark_master),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        return Child(process, log)
+
+    def run(self, day: int, **kwargs: Any) -> ExportRun:
+        return self.start(day, **kwargs).wait()
+
+    def reached(self, point: str, child: Child, timeout_s: float = RUN_TIMEOUT_S) -> dict:
+        """Wait until ``child`` paused at ``point``; what it said there."""
+        marker = self.fault_dir / f"{point}.reached"
+        deadline = time.monotonic() + timeout_s
+        while not marker.exists():
+            if not child.alive():
+                done = child.wait()
+                raise AssertionError(f"the run ended before {point}:\n{done.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{point} not reached within {timeout_s} s")
+            time.sleep(0.1)
+        return json.loads(marker.read_text())
+
+    def go(self, point: str) -> None:
+        (self.fault_dir / f"{point}.go").touch()
+
+    def killed_at(self, point: str) -> dict[str, Any]:
+        """What the process said just before it was killed at ``point``."""
+        marker = self.fault_dir / f"{point}.killed"
+        assert marker.exists(), f"nothing was killed at {point}"
+        return json.loads(marker.read_text())
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.ledger_url)
+
+    def batch(self, day: int) -> Batch | None:
+        with self.ledger() as store:
+            return store.get(self.export_id, self.run_key(day))
+
+    def participants(self, day: int) -> list[Any]:
+        with self.ledger() as store:
+            return store.participants(self.export_id, self.run_key(day))
+
+
+def assert_exported_once(
+    protocol: KafkaProtocol,
+    bootstrap: str,
+    rig: FaultRig,
+    *days: int,
+    aborted: int | None = None,
+) -> None:
+    """The end state every fault test must reach: the audit and a read_committed consumer
+    agree that exactly the source rows of ``days`` are committed, once each, nothing is
+    open; each batch is COMMITTED in the ledger and no pooled id is still leased."""
+    expected = set().union(*(rig.source_keys(day) for day in days))
+    _, seen = assert_exactly_once(
+        protocol, bootstrap, rig.topic, committed=len(expected), aborted=aborted
+    )
+    assert set(seen.keys) == expected, "committed keys are not the source's keys"
+    prefixes = set()
+    with rig.ledger() as store:
+        for day in days:
+            batch = store.get(rig.export_id, rig.run_key(day))
+            assert batch is not None and batch.state is BatchState.COMMITTED, batch
+            prefixes.add(batch.id_prefix)
+        held = [lease for lease in store.leases() if lease.leased]
+    assert held == [], held
+    for prefix in prefixes:
+        assert protocol.list_transactions(prefix=prefix, states=["Ongoing"]) == []
+
+
+def ledger_connection_env(url: str) -> dict[str, str]:
+    """The ledger connection for a SQLite file or a PostgreSQL URL (its options kept)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return dagtest.ledger_connection_env(Path(parsed.database))
+    conn = {
+        "conn_type": "postgres",
+        "host": parsed.host,
+        "port": parsed.port,
+        "login": parsed.username,
+        "schema": parsed.database,
+        "extra": {k: v for k, v in parsed.query.items() if isinstance(v, str)},
+    }
+    if parsed.password:
+        conn["password"] = parsed.password
+    key = f"AIRFLOW_CONN_{dagtest.LEDGER_CONN_ID.upper()}"
+    return {key: json.dumps(conn)}
+
+
+def dag_id_for(request: pytest.FixtureRequest) -> str:
+    name = request.node.name
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:180]
+
+
+@pytest.fixture
+def rig(
+    tmp_path: Path, request: pytest.FixtureRequest, settings: dict[str, Any], make_topic
+) -> FaultRig:
+    """An export to a fresh 3-partition topic on the session broker, SQLite ledger."""
+    return FaultRig(
+        tmp_path,
+        dag_id=dag_id_for(request),
+        topic=make_topic(3),
+        settings=settings,
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+    )
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """``make_rig(settings=..., topic=..., ledger_url=None)`` for a broker or ledger of the
+    test's own."""
+
+    def build(*, settings: Mapping[str, Any], topic: str, ledger_url: str | None = None):
+        return FaultRig(
+            tmp_path,
+            dag_id=dag_id_for(request),
+            topic=topic,
+            settings=settings,
+            ledger_url=ledger_url or f"sqlite:///{tmp_path / 'ledger.db'}",
+        )
+
+    yield build

@@ -1,0 +1,77 @@
+"""spark-submit application for fault tests: the packaged prepare application plus a death.
+
+    spark-submit spark_fault_app.py --fault worker|driver --fault-partition P \\
+        --fault-marker FILE -- <the prepare application's own arguments>
+
+It runs :func:`airflow_provider_kafka2pc.spark.app.main` unchanged, except that the
+product's own executor hook (``prepare_dataframe(on_batch=...)``) is set: when partition
+``P`` has queued its first batch, its Python worker waits for librdkafka to deliver (the
+records are then in the log, in an open transaction), writes ``FILE`` and dies by SIGKILL:
+
+- ``worker``: the Python worker kills itself (a Spark task killed mid-write);
+- ``driver``: it kills the application's JVM (driver and executor in local mode), so the
+  whole prepare job dies with the partitions before ``P`` prepared and left open (run it
+  on ``local[1]``: partitions then run one after the other, in order).
+
+The fault fires once: when ``FILE`` exists nothing dies. Kept free of the ``tests``
+package: its functions are pickled by value to the Python workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def _parent(pid: int) -> int:
+    """The parent pid of ``pid``, from /proc (field 4 of stat, after the command name)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _jvm_of_this_worker() -> int:
+    """The JVM that started the pyspark daemon that forked this worker."""
+    pid = os.getpid()
+    for _ in range(4):
+        pid = _parent(pid)
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+            return pid
+    raise RuntimeError("no java ancestor found for this Python worker")
+
+
+def die_at(kind: str, fault_partition: int, marker: str, partition: int, attempt: int, rows: int):
+    """The ``on_batch`` hook: SIGKILL when ``fault_partition`` has queued its first rows."""
+    if partition != fault_partition or os.path.exists(marker):
+        return
+    time.sleep(1.0)  # librdkafka delivers what it holds: the log has it, open
+    victim = os.getpid() if kind == "worker" else _jvm_of_this_worker()
+    facts = {"kind": kind, "partition": partition, "attempt": attempt, "rows": rows}
+    Path(marker).write_text(json.dumps({**facts, "victim": victim}))
+    os.kill(victim, signal.SIGKILL)
+    time.sleep(30)  # the driver case: this worker goes down with its JVM
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="spark_fault_app")
+    parser.add_argument("--fault", choices=("worker", "driver"), required=True)
+    parser.add_argument("--fault-partition", type=int, required=True)
+    parser.add_argument("--fault-marker", required=True)
+    ours, rest = parser.parse_known_args(argv)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+
+    from airflow_provider_kafka2pc.spark import app
+
+    hook = functools.partial(die_at, ours.fault, ours.fault_partition, ours.fault_marker)
+    app.prepare_dataframe = functools.partial(app.prepare_dataframe, on_batch=hook)
+    return app.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,101 @@
+"""Two runs of one interval at once, and a stale committable on a re-leased pooled id.
+
+Both are races that only the ledger and the broker together can settle: the same run
+key prepared twice under the same transactional ids, and an earlier run's handle
+replayed (by a zombie task, a person with the CLI) while a later run holds its id.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_kafka2pc.ledger import BatchState
+from tests.conftest import audit, cli
+from tests.faults.conftest import ROWS, assert_exported_once
+
+
+class LeftOpen(AssertionError):
+    """A run of the race ended and left transactions open on the broker."""
+
+
+@pytest.mark.slow
+def test_two_runs_of_one_interval_at_once_export_it_exactly_once(rig, protocol, bootstrap):
+    day = 6
+    # Two deployments (own Airflow homes) run the interval at once; their prepares are
+    # interleaved: both begin, the first writes, the second writes, the first records
+    # and is decided, the second records.
+    children = [
+        rig.start(
+            day,
+            home=rig.root / f"airflow-{role}",
+            faults={"prepare": ["prepare_races", {"role": role}]},
+        )
+        for role in ("first", "second")
+    ]
+    runs = [child.wait() for child in children]
+
+    for run in runs:
+        assert run.result is not None, run.tail()
+    states = sorted(run.state for run in runs)
+    raced = audit(protocol, rig.topic).totals
+    # Never the interval twice, whatever the product makes of the race.
+    assert raced["committed"] in (0, ROWS), raced
+    if raced["committed"] == 0:  # both gave up: the user runs the interval again
+        assert states == ["failed", "failed"], states
+        again = rig.run(day)
+        assert again.state == "success", again.tail()
+    else:  # one committed; the other committed nothing of its own
+        assert "success" in states, states
+    assert_exported_once(protocol, bootstrap, rig, day)
+    # Each run of the race ended clean: nothing it prepared was left open behind it.
+    if raced["open"]:
+        raise LeftOpen(f"after both runs ended: {raced}; tasks {[r.tasks for r in runs]}")
+
+
+def test_stale_committable_on_a_re_leased_id_neither_commits_nor_loses_the_new_run(
+    rig, protocol, bootstrap, tmp_path
+):
+    earlier = rig.run(1)
+    assert earlier.state == "success", earlier.tail()
+    stale = [p.committable for p in rig.participants(1)]
+    stale_file = tmp_path / "stale.json"
+    stale_file.write_text(json.dumps([c.to_dict() for c in stale]))
+
+    later = rig.start(2, faults={"decide": ["decide_pauses", {}]})
+    paused = rig.reached("decide", later)
+    # The pool gave the later run the very ids of the earlier one: its transactions are
+    # open under them, with a newer epoch.
+    assert paused["ids"] == [c.transactional_id for c in stale]
+    before = {
+        d["transactional_id"]: (d["state"], d["producer_id"], d["producer_epoch"])
+        for d in protocol.describe_transactions(paused["ids"])
+    }
+    assert {state for state, _, _ in before.values()} == {"Ongoing"}, before
+
+    # A zombie (a task of the earlier run, a person with the CLI) replays its handles.
+    commit = cli("commit", "-b", bootstrap, str(stale_file))
+    abort = cli("abort", "-b", bootstrap, str(stale_file))
+
+    committed = json.loads(commit.stdout)["results"]
+    assert commit.returncode == 0, commit
+    assert {r["outcome"] for r in committed} == {"ALREADY_COMMITTED"}, committed
+    aborted = json.loads(abort.stdout)["results"]
+    assert abort.returncode == 1, abort  # an abort that finds it committed fails loudly
+    assert {r["outcome"] for r in aborted} == {"ALREADY_COMMITTED"}, aborted
+    # The later run's transactions are untouched: still open, same producer and epoch.
+    after = {
+        d["transactional_id"]: (d["state"], d["producer_id"], d["producer_epoch"])
+        for d in protocol.describe_transactions(paused["ids"])
+    }
+    assert after == before
+    totals = audit(protocol, rig.topic).totals
+    assert (totals["committed"], totals["open"]) == (ROWS, ROWS), totals
+
+    rig.go("decide")
+    done = later.wait()
+
+    assert done.state == "success", done.tail()
+    assert rig.batch(1).state is BatchState.COMMITTED
+    assert_exported_once(protocol, bootstrap, rig, 1, 2, aborted=0)

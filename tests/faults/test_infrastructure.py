@@ -1,0 +1,193 @@
+"""The infrastructure fails under a run: the broker crashes (kill -9), the network to
+it drops, the ledger's database restarts. Each run, or its retry, ends exactly once.
+
+The broker and the ledger server here are the test's own, so they can be broken.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from airflow_provider_kafka2pc.broker import KafkaBroker
+from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from tests.conftest import TEST_BROKER_CONFIG, audit, unique_id
+from tests.faults.conftest import ROWS, assert_exported_once
+from tests.postgres_support import (
+    POSTGRES_URL_ENV,
+    SKIP_POSTGRES_ENV,
+    PostgresServer,
+    find_bindir,
+)
+from tests.proxy import Mode, TcpProxy
+
+DAY = 5
+
+
+def new_topic(settings: dict[str, str]) -> str:
+    topic = unique_id("faults")
+    with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
+        protocol.create_topic(topic, 3)
+    return topic
+
+
+# -- the broker killed between prepare and commit --------------------------------------------
+
+
+def test_broker_killed_and_restarted_before_the_decision_and_during_the_commit(
+    own_broker, make_rig
+):
+    settings = {"bootstrap.servers": own_broker.bootstrap_servers}
+    rig = make_rig(settings=settings, topic=new_topic(settings))
+    child = rig.start(
+        DAY,
+        retries=1,
+        retry_delay_s=2,
+        faults={"decide": ["decide_pauses", {}], "commit": ["commit_pauses", {}]},
+    )
+
+    def crash_and_restart() -> None:
+        crashed = own_broker.pid
+        own_broker.kill()  # SIGKILL: the broker's prepared transactions only in its log
+        with pytest.raises(ProcessLookupError):
+            os.kill(crashed, 0)
+        own_broker.restart()
+        assert own_broker.bootstrap_servers == settings["bootstrap.servers"]
+
+    rig.reached("decide", child)  # prepared: 3 transactions open on the broker
+    with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
+        assert audit(protocol, rig.topic).totals["open"] == ROWS
+    crash_and_restart()
+    rig.go("decide")
+    rig.reached("commit", child)  # COMMIT recorded; the commit task holds its connections
+    assert rig.batch(DAY).verdict is Verdict.COMMIT
+    crash_and_restart()
+    rig.go("commit")
+    done = child.wait()
+
+    assert done.state == "success", done.tail()
+    assert done.result["committed"]["records_now"] == ROWS
+    with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
+        assert_exported_once(protocol, own_broker.bootstrap_servers, rig, DAY, aborted=0)
+
+
+# -- the broker unreachable during the commit ----------------------------------------------------
+
+
+@pytest.fixture
+def proxied_broker(tmp_path: Path, kafka_version: str) -> Iterator[tuple[KafkaBroker, TcpProxy]]:
+    """A broker that every client reaches through a proxy (it advertises the proxy)."""
+    if os.environ.get("KAFKA2PC_TEST_BOOTSTRAP"):
+        pytest.skip("needs the local broker")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    broker = KafkaBroker(
+        kafka_version, data_dir=tmp_path / "kafka", config=TEST_BROKER_CONFIG, advertised_port=port
+    )
+    with broker, TcpProxy(broker.port, port=port) as proxy:
+        yield broker, proxy
+
+
+def test_broker_unreachable_during_the_commit_then_back_commits_exactly_once(
+    proxied_broker, make_rig
+):
+    _, proxy = proxied_broker
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    settings = {"bootstrap.servers": bootstrap}
+    rig = make_rig(settings=settings, topic=new_topic(settings))
+    child = rig.start(DAY, retries=3, retry_delay_s=3, faults={"commit": ["commit_pauses", {}]})
+
+    rig.reached("commit", child)  # connected, verdict COMMIT, nothing committed yet
+    proxy.set_mode(Mode.DROP)  # every connection closed, new ones refused
+    rig.go("commit")
+    time.sleep(10)
+    assert child.alive()
+    assert all(p.state is ParticipantState.PREPARED for p in rig.participants(DAY))
+    proxy.set_mode(Mode.PASS)
+    done = child.wait()
+
+    assert done.state == "success", done.tail()
+    assert done.result["committed"]["records_now"] == ROWS
+    with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
+        assert_exported_once(protocol, bootstrap, rig, DAY, aborted=0)
+
+
+# -- the ledger database restarted mid-run -----------------------------------------------------
+
+
+class RestartablePostgres(PostgresServer):
+    """The throwaway server, restarted as after a crash (``-m immediate``: no shutdown
+    checkpoint, crash recovery at start) with the options it was started with.
+
+    That server runs with ``synchronous_commit=off`` (fast, and thrown away): a crash
+    then loses the last commits, as PostgreSQL documents. The ledger's sessions here ask
+    for ``synchronous_commit=on``, PostgreSQL's default, as a production server has it.
+    """
+
+    url = ""
+
+    @property
+    def ledger_url(self) -> str:
+        durable = {"options": "-csynchronous_commit=on"}
+        return make_url(self.url).update_query_dict(durable).render_as_string(False)
+
+    def restart(self) -> None:
+        log = str(self._root / "server.log")
+        self._run("pg_ctl", "-D", str(self._data), "-l", log, "-m", "immediate", "-w", "restart")
+
+
+@pytest.fixture
+def restartable_postgres() -> Iterator[RestartablePostgres]:
+    if os.environ.get(SKIP_POSTGRES_ENV) == "1" or os.environ.get(POSTGRES_URL_ENV):
+        pytest.skip("needs a throwaway PostgreSQL server of the test's own to restart")
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL binaries (apt-get install postgresql)")
+    server = RestartablePostgres(bindir)
+    try:
+        server.url = server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_ledger_database_restarted_between_tasks_and_inside_the_commit(
+    restartable_postgres, make_rig, settings, make_topic, protocol, bootstrap
+):
+    server = restartable_postgres
+    rig = make_rig(settings=settings, topic=make_topic(3), ledger_url=server.ledger_url)
+    child = rig.start(
+        DAY,
+        retries=1,
+        retry_delay_s=2,
+        faults={
+            "decide": ["decide_pauses", {}],
+            # Commits on the broker, then waits before the ledger hears of it.
+            "commit": ["commit_pauses", {"broker_first": True}],
+        },
+    )
+    rig.reached("decide", child)
+    assert rig.batch(DAY).state is BatchState.PREPARED
+    server.restart()
+    rig.go("decide")
+    paused = rig.reached("commit", child)
+    assert set(paused["broker"].values()) == {"COMMITTED"}, paused
+    assert all(p.state is ParticipantState.PREPARED for p in rig.participants(DAY))
+    server.restart()
+    rig.go("commit")
+    done = child.wait()
+
+    assert done.state == "success", done.tail()
+    # The broker had committed them all before the ledger knew: none committed now.
+    outcomes = done.result["committed"]["outcomes"]
+    assert set(outcomes.values()) == {"ALREADY_COMMITTED"}, outcomes
+    assert done.result["committed"]["records_now"] == 0
+    assert_exported_once(protocol, bootstrap, rig, DAY, aborted=0)

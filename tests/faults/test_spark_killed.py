@@ -1,0 +1,72 @@
+"""The Spark side dies: one task's Python worker mid-write, or the whole prepare job
+after some of its partitions prepared.
+
+The Spark-level retry of a killed task is tested in ``tests/test_spark_prepare.py``;
+here the job runs as users run it (spark-submit from the prepare task, ``local[N]``,
+which does not retry tasks), so the prepare fails, and the run must abort cleanly:
+every transaction the dead job opened is aborted, nothing is left open for a
+read_committed consumer to stall on. Then the interval is run again and committed once.
+"""
+
+from __future__ import annotations
+
+from tests.conftest import assert_exactly_once, audit
+from tests.faults.conftest import assert_exported_once
+
+DAY = 4
+
+
+def test_spark_task_killed_mid_write_aborts_the_run_then_the_rerun_commits(
+    rig, protocol, bootstrap
+):
+    first = rig.run(DAY, faults={"prepare": ["spark_dies", {"kind": "worker", "partition": 1}]})
+
+    assert first.state == "failed", first.tail()
+    assert rig.killed_at("spark-worker")["partition"] == 1
+    assert first.tasks["prepare"] == "failed" and first.tasks["abort"] == "failed"
+    assert "PREPARING" in first.result["verdict"]["reason"]
+    # The dead job's transactions, and the killed task's records among them, are aborted.
+    assert sorted(first.result["aborted"]["fenced"]) == sorted(rig.batch(DAY).transactional_ids)
+    report, _ = assert_exactly_once(protocol, bootstrap, rig.topic, committed=0)
+    assert report.totals["aborted"] > 0
+
+    second = rig.run(DAY)
+
+    assert second.state == "success", second.tail()
+    assert second.result["prepared"]["attempt"] == 2
+    assert_exported_once(protocol, bootstrap, rig, DAY, aborted=report.totals["aborted"])
+
+
+def test_prepare_job_dying_after_k_of_n_partitions_aborts_them_then_the_rerun_commits(
+    rig, protocol, bootstrap
+):
+    # local[1]: partitions run in order, so partitions 0 and 1 have prepared when the
+    # job's JVM is killed from partition 2's first batch.
+    first = rig.start(
+        DAY,
+        spark_master="local[1]",
+        faults={
+            "prepare": ["spark_dies", {"kind": "driver", "partition": 2}],
+            "abort": ["abort_pauses", {}],
+        },
+    )
+    rig.reached("abort", first)
+    assert rig.killed_at("spark-driver")["partition"] == 2
+    ids = rig.batch(DAY).transactional_ids
+    left = {d["transactional_id"]: d["state"] for d in protocol.describe_transactions(list(ids))}
+    assert left[ids[0]] == left[ids[1]] == "Ongoing", left  # k = 2 of n = 3 prepared
+    open_records = audit(protocol, rig.topic).totals["open"]
+    assert open_records > 0
+    rig.go("abort")
+    first = first.wait()
+
+    assert first.state == "failed", first.tail()
+    assert first.tasks["prepare"] == "failed" and first.tasks["abort"] == "failed"
+    assert sorted(first.result["aborted"]["fenced"]) == sorted(ids)
+    report, _ = assert_exactly_once(protocol, bootstrap, rig.topic, committed=0)
+    assert report.totals["aborted"] == open_records
+
+    second = rig.run(DAY)
+
+    assert second.state == "success", second.tail()
+    assert_exported_once(protocol, bootstrap, rig, DAY, aborted=open_records)
