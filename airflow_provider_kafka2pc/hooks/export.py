@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -13,11 +12,10 @@ from ..ledger import Ledger
 from .coordinator import Coordinator
 from .kafka2pc import Kafka2pcHook
 from .ledger import LedgerHook
-from .recovery import RecoveryReport, needs_broker, plans, resolve
 
 
 class ExportHook(BaseHook):
-    """Opens the ledger and a transaction controller for the second phase and recovery.
+    """Opens the ledger and a transaction controller for the second phase.
 
     :param kafka_conn_id: the ``kafka`` connection (extra = librdkafka settings JSON).
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
@@ -42,23 +40,3 @@ class ExportHook(BaseHook):
     def coordinator(self) -> Iterator[Coordinator]:
         with self.ledger() as ledger, self.kafka.controller() as controller:
             yield Coordinator(ledger, controller)
-
-    def recover(
-        self, export_id: str, run_key: str | None, grace_period: timedelta
-    ) -> RecoveryReport:
-        """One recovery round over ``export_id``'s in-doubt batches (see :mod:`.recovery`).
-
-        The broker is contacted only when some batch is to be finished.
-        """
-        with self.ledger() as ledger:
-            steps = plans(
-                ledger,
-                export_id,
-                own_run_key=run_key,
-                now=datetime.now(UTC),
-                grace_period=grace_period,
-            )
-            if not needs_broker(steps):
-                return resolve(None, steps)
-            with self.kafka.controller() as controller:
-                return resolve(Coordinator(ledger, controller), steps)

@@ -158,10 +158,6 @@ def plans(
     ]
 
 
-def needs_broker(steps: Sequence[Plan]) -> bool:
-    return any(step.acts for step in steps)
-
-
 # -- the broker's open transactions -----------------------------------------------------------
 
 
@@ -719,20 +715,6 @@ def _verify(
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def resolve(coordinator: Coordinator | None, steps: Sequence[Plan]) -> RecoveryReport:
-    """The ledger-only round: finish the batches ``steps`` plan; no broker-side discovery.
-
-    What needs a person (a lost participant of a COMMIT verdict...) is in ``failed``.
-    """
-    report = RecoveryReport()
-    _settle_plans(report, steps, ())
-    for step in steps:
-        if step.acts:
-            assert coordinator is not None, "plans that finish batches need a coordinator"
-            _finish_batch(report, coordinator, step)
-    return report
-
-
 def _prefix_of(transactional_id: str) -> str:
     return transactional_id.rsplit("-", 1)[0]
 
@@ -763,10 +745,8 @@ __all__ = [
     "check_prefix",
     "classify",
     "discover",
-    "needs_broker",
     "plan",
     "plans",
     "pooled_id_pattern",
     "recover",
-    "resolve",
 ]
