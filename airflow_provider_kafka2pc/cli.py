@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .broker.distribution import DEFAULT_KAFKA_VERSION
+from .errors import CommittableError, ConfigurationError, Kafka2pcError
 from .transaction.audit import audit_topic
-from .transaction.batch import PreparedBatch
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
-from .transaction.errors import CommittableError, ConfigurationError, Kafka2pcError
+from .transaction.manifest import Manifest
 from .transaction.native_writer import NativeWriter
-from .transaction.protocol import KafkaProtocol
+from .transaction.protocol import ControlType, KafkaProtocol
 from .transaction.settings import is_secret
 from .transaction.two_phase import REQUESTS, TwoPhaseMode, detect_two_phase
 from .transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionalWriter
@@ -191,7 +191,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _load_committables(source: str) -> list[Committable]:
-    """A committable object, a JSON array of them, or a prepare manifest (PreparedBatch)."""
+    """A committable object, a JSON array of them, or a prepare manifest (Manifest)."""
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as exc:
@@ -203,26 +203,20 @@ def _load_committables(source: str) -> list[Committable]:
     if isinstance(data, list):
         return [Committable.from_dict(item) for item in data]
     if isinstance(data, dict) and "committables" in data:
-        return list(PreparedBatch.from_json(text).committables)
+        return list(Manifest.from_json(text).committables)
     return [Committable.from_dict(data)]
 
 
-def _finish(args: argparse.Namespace, commit: bool) -> int:
+def _finish(args: argparse.Namespace, result: ControlType) -> int:
     committables = _load_committables(args.committable)
-    ok = (
-        {Outcome.COMMITTED, Outcome.ALREADY_COMMITTED}
-        if commit
-        else {Outcome.ABORTED, Outcome.ALREADY_ABORTED}
-    )
     with _protocol(args) as protocol:
         controller = TransactionController(protocol, RetryPolicy(deadline_s=args.deadline_s))
-        act = controller.commit_all if commit else controller.abort_all
-        results = act(committables)
+        results = controller.finish_all(committables, result)
     if len(results) == 1:
         _emit(results[0].to_dict())
     else:
         _emit({"results": [r.to_dict() for r in results]})
-    return 0 if all(r.outcome in ok for r in results) else EXIT_FAILED
+    return 0 if all(r.outcome in Outcome.sought(result) for r in results) else EXIT_FAILED
 
 
 def _cmd_fence(args: argparse.Namespace) -> int:
@@ -250,13 +244,14 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_txn_list(args: argparse.Namespace) -> int:
     with _protocol(args) as protocol:
         listed = protocol.list_transactions(args.prefix, args.state or None)
-        _emit({"transactions": listed})
+        _emit({"transactions": [row.to_dict() for row in listed]})
     return 0
 
 
 def _cmd_txn_describe(args: argparse.Namespace) -> int:
     with _protocol(args) as protocol:
-        _emit({"transactions": protocol.describe_transactions(args.transactional_id)})
+        described = protocol.describe_transactions(args.transactional_id)
+        _emit({"transactions": [d.to_dict() for d in described]})
     return 0
 
 
@@ -297,7 +292,7 @@ def _cmd_recover(args: argparse.Namespace) -> int:
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    from .hooks.recovery import recover
+    from .coordination.recovery import recover
 
     if args.grace_period_s < 0:
         raise ConfigurationError("--grace-period-s must be >= 0")
@@ -427,8 +422,8 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     for name, run, text in (
-        ("commit", lambda a: _finish(a, True), "commit prepared transactions"),
-        ("abort", lambda a: _finish(a, False), "abort prepared transactions"),
+        ("commit", lambda a: _finish(a, ControlType.COMMIT), "commit prepared transactions"),
+        ("abort", lambda a: _finish(a, ControlType.ABORT), "abort prepared transactions"),
     ):
         sub = command(name, run, text)
         sub.add_argument(

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from .broker import KafkaBroker
+from .errors import ProtocolError
 from .ledger import Batch, BatchState, Ledger
 from .transaction.audit import AuditReport, audit_topic
-from .transaction.errors import ProtocolError
 from .transaction.protocol import KafkaProtocol
 from .transaction.visible import Visible, read_committed
 

@@ -17,27 +17,24 @@ the commit task only, so DAGs scheduled on it run on committed data only.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, TaskGroup
 
+from .errors import ConfigurationError
 from .operators.decision import KafkaTransactionDecisionOperator
 from .operators.finish import KafkaTransactionAbortOperator, KafkaTransactionCommitOperator
 from .operators.prepare import SparkKafkaPrepareOperator
 from .operators.spark_job import check_num_partitions, source_arguments
 from .sensors.dangling import KafkaDanglingTransactionSensor
-from .transaction.errors import ConfigurationError
-from .transaction.naming import validate_transactional_id
+from .transaction import naming
+from .transaction.naming import default_prefix as default_id_prefix
 from .transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 #: The run key: the data interval, stable across retries, clears and backfills.
 DEFAULT_RUN_KEY = "{{ data_interval_start | ts }}/{{ data_interval_end | ts }}"
-#: Room for "-<slot>" and the ledger's limit of 190 characters.
-MAX_DEFAULT_PREFIX = 150
 TASK_IDS = ("recover", "prepare", "decide", "commit", "abort")
 _DEFAULT_CLASSES: dict[str, type[BaseOperator]] = {
     "recover": KafkaDanglingTransactionSensor,
@@ -77,15 +74,6 @@ def export_asset(topic: str, kafka_conn_id: str = "kafka_default") -> Asset:
     connection id standing for the cluster, so it is known without opening a connection.
     """
     return Asset(uri=f"kafka://{kafka_conn_id}/{topic}")
-
-
-def default_id_prefix(export_id: str) -> str:
-    """A transactional-id prefix derived from the export id (valid, bounded, stable)."""
-    prefix = re.sub(r"[^A-Za-z0-9._:]+", "-", export_id).strip("-") or "export"
-    if len(prefix) > MAX_DEFAULT_PREFIX:
-        digest = hashlib.sha256(export_id.encode()).hexdigest()[:10]
-        prefix = f"{prefix[: MAX_DEFAULT_PREFIX - 11]}.{digest}"
-    return prefix
 
 
 def kafka_exactly_once_export(
@@ -137,7 +125,7 @@ def kafka_exactly_once_export(
             )
         export_id = opts["export_id"] or f"{group.dag.dag_id}.{group.group_id}"
         id_prefix = opts["id_prefix"] or default_id_prefix(export_id)
-        validate_transactional_id(f"{id_prefix}-{num_partitions - 1}", "id_prefix")
+        naming.check_slots(id_prefix, num_partitions)
         asset = export_asset(topic, kafka_conn_id) if opts["asset"] is _UNSET else opts["asset"]
         common = {
             "export_id": export_id,

@@ -5,7 +5,7 @@
 
 Starts Apache Kafka 4.4.0 and 3.9.2 (one local KRaft node each, checking for timed-out
 transactions every 500 ms), unless given running brokers as ``VERSION=HOST:PORT``.
-The scenarios live in :mod:`airflow_provider_kafka2pc.broker.answers`, shared with
+The scenarios live in :mod:`devtools.broker_answers`, shared with
 tests/test_broker_answers.py, which replays every row against the document.
 """
 
@@ -25,7 +25,10 @@ import confluent_kafka
 import kafka
 
 from airflow_provider_kafka2pc.broker import KafkaBroker
-from airflow_provider_kafka2pc.broker.answers import (
+from airflow_provider_kafka2pc.transaction.audit import audit_topic
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.transaction.visible import read_committed
+from devtools.broker_answers import (
     CLASSIC_HEADING,
     KIP890_HEADING,
     POLICY,
@@ -36,9 +39,6 @@ from airflow_provider_kafka2pc.broker.answers import (
     render_version,
     run_scenario,
 )
-from airflow_provider_kafka2pc.transaction.audit import audit_topic
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import read_committed
 
 VERSIONS = ("4.4.0", "3.9.2")
 BROKER_CONFIG = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}

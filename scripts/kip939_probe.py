@@ -35,12 +35,12 @@ from airflow_provider_kafka2pc.broker.answers import (
     coordinator_of,
     write_protocol_transaction,
 )
+from airflow_provider_kafka2pc.errors import ConnectionLostError
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
-from airflow_provider_kafka2pc.transaction.log import LogReader, transaction_states
+from airflow_provider_kafka2pc.transaction.log import LogReader, marker_views
 from airflow_provider_kafka2pc.transaction.protocol import (
     ApiKey,
-    ConnectionLostError,
     ErrorCode,
     InitProducerIdAnswer,
     KafkaProtocol,
@@ -134,8 +134,7 @@ def _probe(
     )
     report.add(
         "ApiVersions: InitProducerId",
-        f"v{offered[0]}-v{offered[1]}; offers_two_phase_commit() = "
-        f"{protocol.offers_two_phase_commit()}",
+        f"v{offered[0]}-v{offered[1]}; offers_kip939() = {protocol.offers_kip939()}",
     )
     first = tid("init")
     node = coordinator_of(protocol, first)
@@ -160,7 +159,7 @@ def _probe(
         return
     if granted.startswith("NONE"):
         state = protocol.describe_transactions([first])[0]
-        report.add("DescribeTransactions timeout after it", f"{state['transaction_timeout_ms']} ms")
+        report.add("DescribeTransactions timeout after it", f"{state.transaction_timeout_ms} ms")
     report.add(
         "InitProducerId v6 enable2Pc=true keepPreparedTxn=true",
         v6(first, enable_2pc=True, keep_prepared_txn=True),
@@ -218,20 +217,20 @@ def _lifetime(settings: dict[str, Any], protocol: KafkaProtocol, report: Report)
     time.sleep(max(0.0, wait_s - (time.monotonic() - written)))
     everything = [*two_pc.values(), control]
     states = {
-        d["transactional_id"]: d
+        d.transactional_id: d
         for d in protocol.describe_transactions([c.transactional_id for c in everything])
     }
-    markers = transaction_states(LogReader(protocol), everything)
+    markers = marker_views(LogReader(protocol), everything)
     for (kind, c), m in zip(two_pc.items(), markers[:-1], strict=True):
         s = states[c.transactional_id]
         report.add(
             f"2PC {kind} transaction, {wait_s:.0f} s after writing",
-            f"{s['state']}, timeout {s['transaction_timeout_ms']} ms, markers {_names(m.markers)}",
+            f"{s.state}, timeout {s.transaction_timeout_ms} ms, markers {_names(m.markers)}",
         )
     s = states[control.transactional_id]
     report.add(
         f"control: no 2PC, timeout {SHORT_TIMEOUT_MS} ms, same broker",
-        f"{s['state']}, epoch +{s['producer_epoch'] - control.producer_epoch}, "
+        f"{s.state}, epoch +{s.producer_epoch - control.producer_epoch}, "
         f"markers {_names(markers[-1].markers)}",
     )
     report.add("read_committed while open", lso_and_high_watermark(settings, topic, 0))
@@ -261,10 +260,10 @@ def _lifetime(settings: dict[str, Any], protocol: KafkaProtocol, report: Report)
 
         answer = init_answer(reinit)
         lab.settle([c])
-        state = protocol.describe_transactions([c.transactional_id])[0]["state"]
-        marks = _names(transaction_states(LogReader(protocol), [c])[0].markers)
+        state = protocol.describe_transactions([c.transactional_id])[0].state
+        marks = _names(marker_views(LogReader(protocol), [c])[0].markers)
         again = init_answer(reinit)  # the same request again: the re-init completes
-        timeout = protocol.describe_transactions([c.transactional_id])[0]["transaction_timeout_ms"]
+        timeout = protocol.describe_transactions([c.transactional_id])[0].transaction_timeout_ms
         answer += f"; then {state}, markers {marks}; asked again: {again}, timeout {timeout} ms"
         report.add(f"{label} on an open 2PC transaction", answer)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+from airflow_provider_kafka2pc.errors import ConnectionLostError
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
     Committable,
@@ -17,12 +18,11 @@ from airflow_provider_kafka2pc.transaction.committable import (
 )
 from airflow_provider_kafka2pc.transaction.protocol import (
     ApiKey,
-    ConnectionLostError,
     ControlType,
     ErrorCode,
     FetchAnswer,
     InitProducerIdAnswer,
-    LogBatch,
+    RecordBatch,
 )
 
 COORDINATOR = 7
@@ -68,7 +68,7 @@ class ScriptedBroker:
             ApiKey.FIND_COORDINATOR: 3,
             ApiKey.INIT_PRODUCER_ID: 4,
         }
-        self.logs: dict[tuple[str, int], list[LogBatch]] = defaultdict(list)
+        self.logs: dict[tuple[str, int], list[RecordBatch]] = defaultdict(list)
         self.txns: dict[str, Committable] = {}
         self.calls: list[tuple] = []
         self.empty_answers = 0
@@ -90,7 +90,9 @@ class ScriptedBroker:
         for p in range(partitions):
             log = self.logs[("topic", p)]
             base = log[-1].last_offset + 1 if log else 0
-            log.append(LogBatch(base, base + records - 1, producer_id, epoch, True, None, records))
+            log.append(
+                RecordBatch(base, base + records - 1, producer_id, epoch, True, None, records)
+            )
             parts.append(PartitionRange("topic", p, base, base + records - 1, records))
         committable = Committable(
             tid,
@@ -110,7 +112,9 @@ class ScriptedBroker:
         for part in c.partitions:
             log = self.logs[(part.topic, part.partition)]
             offset = log[-1].last_offset + 1
-            log.append(LogBatch(offset, offset, c.producer_id, c.producer_epoch, True, marker, 1))
+            log.append(
+                RecordBatch(offset, offset, c.producer_id, c.producer_epoch, True, marker, 1)
+            )
 
     # -- TransactionProtocol ------------------------------------------------
 
@@ -131,10 +135,10 @@ class ScriptedBroker:
         transactional_id: str,
         producer_id: int,
         epoch: int,
-        commit: bool,
+        result: ControlType,
         version: int,
     ) -> int:
-        self.calls.append(("end_txn", transactional_id, producer_id, epoch, commit, version))
+        self.calls.append(("end_txn", transactional_id, producer_id, epoch, result, version))
         assert node == COORDINATOR
         answer = self.end_txn_script.popleft()
         if answer.marker is not None:

@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from airflow_provider_kafka2pc.transaction.committable import Committable
-from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.errors import (
+from airflow_provider_kafka2pc.errors import (
     BrokerUnreachableError,
     CommittableError,
     ConfigurationError,
     WriteError,
 )
+from airflow_provider_kafka2pc.transaction.committable import Committable
+from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.settings import redact, to_kafka_python
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter

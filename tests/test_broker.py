@@ -10,13 +10,13 @@ import pytest
 
 from airflow_provider_kafka2pc.broker import (
     DEFAULT_KAFKA_VERSION,
-    BrokerFetchError,
     KafkaBroker,
     cache_root,
     fetch_kafka,
 )
 from airflow_provider_kafka2pc.broker.distribution import REPOSITORY_ENV
-from airflow_provider_kafka2pc.transaction.errors import (
+from airflow_provider_kafka2pc.errors import (
+    BrokerFetchError,
     BrokerUnreachableError,
     ConfigurationError,
     Kafka2pcError,

@@ -7,7 +7,7 @@ document's row for this Kafka version (so the document cannot go stale silently)
 with the audit and a read_committed consumer agreeing.
 
 The scenarios are shared with scripts/broker_answers.py, which wrote the document:
-airflow_provider_kafka2pc/broker/answers.py.
+devtools/broker_answers.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kafka2pc.broker.answers import (
+from airflow_provider_kafka2pc.transaction.controller import END_TXN_ACTIONS, EndTxnAction
+from airflow_provider_kafka2pc.transaction.protocol import ErrorCode
+from devtools.broker_answers import (
     CLASSIC_HEADING,
     COL_ACTION,
     COL_ANSWER,
@@ -33,8 +35,6 @@ from airflow_provider_kafka2pc.broker.answers import (
     run_scenario,
     scenario,
 )
-from airflow_provider_kafka2pc.transaction.controller import END_TXN_ACTIONS, Action
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode
 
 from .conftest import REAL_KAFKA_ENV, assert_exactly_once
 
@@ -73,7 +73,7 @@ def test_end_txn_answers_and_the_controller(
         first = ErrorCode[obs.answers[0]]
         assert END_TXN_ACTIONS[first].name == obs.action == sc.action, (flavor, obs)
         if first != ErrorCode.NONE:
-            assert END_TXN_ACTIONS[first] is not Action.VERIFY  # never read as success
+            assert END_TXN_ACTIONS[first] is not EndTxnAction.VERIFY  # never read as success
         assert obs.outcome == sc.expected, (flavor, obs.detail)
         if compare:
             # (a) what the broker answered, as documented for this version

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_kafka2pc.errors import ProtocolError, TransactionInDoubtError
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import TRANSACTION_VERSION_KIP890
 from airflow_provider_kafka2pc.transaction.controller import (
     END_TXN_ACTIONS,
-    Action,
+    EndTxnAction,
     Outcome,
     RetryPolicy,
     TransactionController,
     classify_end_txn,
 )
-from airflow_provider_kafka2pc.transaction.errors import ProtocolError, TransactionInDoubtError
 from airflow_provider_kafka2pc.transaction.protocol import ControlType, ErrorCode
 
 from .scripted import DROP, Answer, FakeClock, ScriptedBroker
@@ -220,7 +220,7 @@ def test_endtxn_carries_the_stored_producer_id_and_epoch():
     broker = ScriptedBroker(end_txn=[Answer(E.NONE, COMMIT)])
     ctl, _ = controller(broker)
     ctl.commit(broker.prepare(producer_id=9001, epoch=17))
-    assert [c[1:5] for c in broker.calls if c[0] == "end_txn"] == [("tx-1", 9001, 17, True)]
+    assert [c[1:5] for c in broker.calls if c[0] == "end_txn"] == [("tx-1", 9001, 17, COMMIT)]
 
 
 def test_fence_retries_while_the_coordinator_aborts():
@@ -250,9 +250,9 @@ def test_fenced_and_invalid_state_never_read_as_committed():
         E.INVALID_PRODUCER_EPOCH,
         E.INVALID_PRODUCER_ID_MAPPING,
     ):
-        assert classify_end_txn(code) is Action.RESOLVE_FROM_LOG
-    assert classify_end_txn(12345) is Action.FATAL
-    assert {a for a in END_TXN_ACTIONS.values()} <= set(Action)
+        assert classify_end_txn(code) is EndTxnAction.RESOLVE_FROM_LOG
+    assert classify_end_txn(12345) is EndTxnAction.FATAL
+    assert {a for a in END_TXN_ACTIONS.values()} <= set(EndTxnAction)
 
 
 def test_an_empty_answer_below_the_high_watermark_is_not_the_end():

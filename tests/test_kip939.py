@@ -15,12 +15,8 @@ import pytest
 
 from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.broker.answers import coordinator_of
-from airflow_provider_kafka2pc.transaction.errors import UnsupportedError
-from airflow_provider_kafka2pc.transaction.protocol import (
-    ConnectionLostError,
-    ErrorCode,
-    KafkaProtocol,
-)
+from airflow_provider_kafka2pc.errors import ConnectionLostError, UnsupportedError
+from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
 
 from .conftest import REAL_KAFKA_ENV, TEST_BROKER_CONFIG
 
@@ -31,7 +27,7 @@ LOADING = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR)
 
 @pytest.mark.kafka_versions()
 def test_default_brokers_do_not_offer_two_phase_commit(protocol, kafka_version):
-    assert not protocol.offers_two_phase_commit()
+    assert not protocol.offers_kip939()
     node = coordinator_of(protocol, "kip939-probe")
     with pytest.raises(UnsupportedError, match="v6"):
         protocol.init_producer_id(node, "kip939-probe", 3_000, enable_2pc=True)
@@ -52,7 +48,7 @@ def test_two_phase_commit_with_unstable_api_versions(tmp_path):
     }
     broker = KafkaBroker(DEFAULT_KAFKA_VERSION, data_dir=tmp_path / "kafka", config=config)
     with broker.start(), KafkaProtocol({"bootstrap.servers": broker.bootstrap_servers}) as proto:
-        assert proto.offers_two_phase_commit()
+        assert proto.offers_kip939()
         tid = f"kip939-{uuid.uuid4().hex[:8]}"
         node = coordinator_of(proto, tid)
         deadline = time.monotonic() + 30
@@ -62,6 +58,6 @@ def test_two_phase_commit_with_unstable_api_versions(tmp_path):
             answer = proto.init_producer_id(node, tid, 3_000, enable_2pc=True)
         assert answer.error == ErrorCode.NONE, answer
         [state] = proto.describe_transactions([tid])
-        assert state["transaction_timeout_ms"] == TWO_PC_TIMEOUT_MS
+        assert state.transaction_timeout_ms == TWO_PC_TIMEOUT_MS
         kept = proto.init_producer_id(node, tid, 3_000, enable_2pc=True, keep_prepared_txn=True)
         assert kept.error == ErrorCode.UNSUPPORTED_VERSION

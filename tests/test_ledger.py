@@ -20,22 +20,25 @@ from typing import Any
 import pytest
 from sqlalchemy import func, inspect, select
 
+from airflow_provider_kafka2pc.errors import (
+    CommittableError,
+    ConfigurationError,
+    ConflictError,
+    IllegalTransitionError,
+    NotFoundError,
+    PrefixOwnedError,
+)
 from airflow_provider_kafka2pc.ledger import (
     BATCH_TRANSITIONS,
     PARTICIPANT_TRANSITIONS,
     Batch,
     BatchState,
-    ConflictError,
-    IllegalTransitionError,
     Ledger,
-    NotFoundError,
     ParticipantState,
-    PrefixOwnedError,
     Verdict,
 )
 from airflow_provider_kafka2pc.ledger.schema import VERSION_TABLE, metadata
 from airflow_provider_kafka2pc.transaction.committable import Committable, PartitionRange
-from airflow_provider_kafka2pc.transaction.errors import CommittableError, ConfigurationError
 
 from .postgres_support import SKIP_POSTGRES_ENV, fresh_schema, postgres_url
 

@@ -14,13 +14,17 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from confluent_kafka import Producer
 
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+from airflow_provider_kafka2pc.transaction.described import (
+    CoordinatorTxnState,
+    DescribedTransaction,
+)
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
@@ -44,7 +48,7 @@ def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
         time.sleep(0.2)
 
 
-def describe(protocol: KafkaProtocol, tid: str) -> dict[str, Any]:
+def describe(protocol: KafkaProtocol, tid: str) -> DescribedTransaction:
     [state] = protocol.describe_transactions([tid])
     return state
 
@@ -63,17 +67,17 @@ def test_coordinator_aborts_a_timed_out_transaction_and_our_commit_is_lost(
     committable = writer.write(topic, ((b"k%d" % i, b"v") for i in range(300)))
 
     ongoing = describe(protocol, tid)
-    assert ongoing["state"] == "Ongoing", ongoing
+    assert ongoing.state == "Ongoing", ongoing
     # The committable names exactly the coordinator's producer id and epoch.
-    assert (ongoing["producer_id"], ongoing["producer_epoch"]) == (
+    assert (ongoing.producer_id, ongoing.producer_epoch) == (
         committable.producer_id,
         committable.producer_epoch,
     )
-    assert ongoing["transaction_timeout_ms"] == TIMEOUT_MS
+    assert ongoing.transaction_timeout_ms == TIMEOUT_MS
 
-    def aborted_by_coordinator() -> dict[str, Any] | None:
+    def aborted_by_coordinator() -> DescribedTransaction | None:
         state = describe(protocol, tid)
-        return state if state["state"] == "CompleteAbort" else None
+        return state if state.state == "CompleteAbort" else None
 
     ended = wait_for(aborted_by_coordinator, 30, "the coordinator's timeout abort")
     waited_ms = time.time() * 1000 - committable.start_time_ms
@@ -118,7 +122,7 @@ def test_broker_killed_between_prepare_and_commit_then_commit_from_another_proce
         reloaded = wait_for(
             lambda: _described_if_loaded(protocol, tid), 60, "the reloaded transaction state"
         )
-        assert (reloaded["state"], reloaded["producer_id"], reloaded["producer_epoch"]) == (
+        assert (reloaded.state, reloaded.producer_id, reloaded.producer_epoch) == (
             "Ongoing",
             committable.producer_id,
             committable.producer_epoch,
@@ -136,13 +140,13 @@ def test_broker_killed_between_prepare_and_commit_then_commit_from_another_proce
     assert len(seen.keys) == 400
 
 
-def _described_if_loaded(protocol: KafkaProtocol, tid: str) -> dict[str, Any] | None:
+def _described_if_loaded(protocol: KafkaProtocol, tid: str) -> DescribedTransaction | None:
     """DescribeTransactions once the coordinator has loaded its state (None while loading)."""
     try:
         state = describe(protocol, tid)
     except Exception:  # COORDINATOR_LOAD_IN_PROGRESS and kin, right after the restart
         return None
-    return state if state["state"] not in ("", "Unknown") else None
+    return state if state.state is not CoordinatorTxnState.UNKNOWN else None
 
 
 # -- an open transaction holds back read_committed consumers ----------------------------

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kafka2pc.hooks.recovery import recover
+from airflow_provider_kafka2pc.coordination.recovery import recover
+from airflow_provider_kafka2pc.errors import UnsupportedError
 from airflow_provider_kafka2pc.ledger import BatchState, Ledger, Verdict
 from airflow_provider_kafka2pc.transaction.controller import RetryPolicy, TransactionController
-from airflow_provider_kafka2pc.transaction.errors import UnsupportedError
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
@@ -73,7 +73,7 @@ def recover_cli(bootstrap, ledger_url, export_id, prefix, *extra):
 
 def state(protocol, tid):
     described = protocol.describe_transaction(tid)
-    return None if described is None else described["state"]
+    return None if described is None else described.state
 
 
 @pytest.fixture

@@ -30,16 +30,16 @@ import pytest
 
 from airflow_provider_kafka2pc.broker import KafkaBroker
 from airflow_provider_kafka2pc.broker.node import free_port
-from airflow_provider_kafka2pc.spark.app import kafka_config, parse_args
-from airflow_provider_kafka2pc.spark.submit import private_config_file, submit_prepare
-from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
-from airflow_provider_kafka2pc.transaction.committable import Committable
-from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.errors import (
+from airflow_provider_kafka2pc.errors import (
     BrokerUnreachableError,
     ConfigurationError,
     Kafka2pcError,
 )
+from airflow_provider_kafka2pc.spark.app import kafka_config, parse_args
+from airflow_provider_kafka2pc.spark.submit import private_config_file, submit_prepare
+from airflow_provider_kafka2pc.transaction.committable import Committable
+from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
@@ -242,7 +242,7 @@ def test_spark_submit_over_sasl_then_cli_commit_exactly_once_without_the_passwor
     assert_no_secret("Spark driver/executor stderr", driver_output)
     assert "Running Spark version" in driver_output  # the log really is Spark's
     assert_no_secret("manifest", manifest.read_text())
-    batch = PreparedBatch.from_json(manifest.read_text())
+    batch = Manifest.from_json(manifest.read_text())
     assert batch.source_rows == count
     for committable in batch.committables:
         assert_no_secret("committable JSON", committable.to_json())

@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
-from airflow_provider_kafka2pc.spark import PrepareError, prepare_dataframe
+from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
+from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
-from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.errors import ConfigurationError
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
 
 from .conftest import assert_exactly_once, audit, cli, unique_id
 from .spark_support import PYTHON_ENV, QUIET_CONF, standalone_cluster
@@ -52,11 +52,11 @@ def source(spark: SparkSession, rows: int = ROWS):
     )
 
 
-def commit_all(protocol, batch: PreparedBatch) -> list[Outcome]:
+def commit_all(protocol, batch: Manifest) -> list[Outcome]:
     return [r.outcome for r in TransactionController(protocol).commit_all(batch.committables)]
 
 
-def assert_rows_once(protocol, bootstrap, topic, batch: PreparedBatch, rows: int, **expected):
+def assert_rows_once(protocol, bootstrap, topic, batch: Manifest, rows: int, **expected):
     """Both witnesses: ``rows`` committed once each (one key per row), nothing open."""
     report, seen = assert_exactly_once(
         protocol, bootstrap, topic, *batch.committables, committed=rows, **expected
@@ -331,7 +331,7 @@ def test_spark_submit_local_then_commit_from_another_process(
     code, manifest, stdout = submit_prepare("local[2]", bootstrap, topic, tmp_path, ids(4))
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
     assert last_json(stdout)["source_rows"] == ROWS
-    batch = PreparedBatch.from_json(manifest.read_text())
+    batch = Manifest.from_json(manifest.read_text())
     # The application and its Python workers are gone; the transactions are not.
     assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
 
@@ -375,7 +375,7 @@ def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tm
             master, bootstrap, topic, tmp_path, ids(6), "--filter", "day = '2026-11-21'"
         )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
-    batch = PreparedBatch.from_json(manifest.read_text())
+    batch = Manifest.from_json(manifest.read_text())
     expected = sum(1 for i in range(ROWS) if i % 4)
     assert batch.source_rows == expected
     assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}

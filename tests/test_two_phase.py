@@ -22,6 +22,14 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
+from airflow_provider_kafka2pc.errors import (
+    CommittableError,
+    ConfigurationError,
+    ConnectionLostError,
+    ProtocolError,
+    UnsupportedError,
+    WriteError,
+)
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
@@ -33,14 +41,11 @@ from airflow_provider_kafka2pc.transaction.controller import (
     RetryPolicy,
     TransactionController,
 )
-from airflow_provider_kafka2pc.transaction.errors import (
-    CommittableError,
-    ConfigurationError,
-    ProtocolError,
-    UnsupportedError,
-    WriteError,
+from airflow_provider_kafka2pc.transaction.described import (
+    CoordinatorTxnState,
+    DescribedTransaction,
 )
-from airflow_provider_kafka2pc.transaction.log import LogReader, transaction_states
+from airflow_provider_kafka2pc.transaction.log import LogReader, marker_views
 from airflow_provider_kafka2pc.transaction.native_writer import (
     NativeWriter,
     murmur2,
@@ -48,13 +53,12 @@ from airflow_provider_kafka2pc.transaction.native_writer import (
 )
 from airflow_provider_kafka2pc.transaction.protocol import (
     ApiKey,
-    ConnectionLostError,
     ControlType,
     ErrorCode,
     InitProducerIdAnswer,
     KafkaProtocol,
-    LogBatch,
     ProduceAnswer,
+    RecordBatch,
 )
 from airflow_provider_kafka2pc.transaction.two_phase import TwoPhaseMode, detect_two_phase
 
@@ -104,7 +108,7 @@ class TwoPhaseBroker(ScriptedBroker):
         self.produce_errors = deque(produce_errors)
         self.stored_timeout_ms = stored_timeout_ms
 
-    def offers_two_phase_commit(self) -> bool:
+    def offers_kip939(self) -> bool:
         return self.versions[ApiKey.INIT_PRODUCER_ID] >= 6
 
     def init_producer_id(
@@ -118,7 +122,7 @@ class TwoPhaseBroker(ScriptedBroker):
         version: int | None = None,
     ) -> InitProducerIdAnswer:
         self.calls.append(("init_producer_id", transactional_id, enable_2pc))
-        if enable_2pc and not self.offers_two_phase_commit():
+        if enable_2pc and not self.offers_kip939():
             raise UnsupportedError("the broker does not offer INIT_PRODUCER_ID (v6+)")
         code = self.init_script.popleft() if self.init_script else E.NONE
         if code != E.NONE:
@@ -175,7 +179,7 @@ class TwoPhaseBroker(ScriptedBroker):
                 base = log[-1].last_offset + 1 if log else 0
                 keys = tuple(row[0] for row in rows)
                 log.append(
-                    LogBatch(
+                    RecordBatch(
                         base, base + len(rows) - 1, producer_id, epoch, True, None, len(rows), keys
                     )
                 )
@@ -189,34 +193,32 @@ class TwoPhaseBroker(ScriptedBroker):
         transactional_id: str,
         producer_id: int,
         epoch: int,
-        commit: bool,
+        result: ControlType,
         version: int,
     ) -> int:
-        self.calls.append(("end_txn", transactional_id, producer_id, epoch, commit, version))
-        if self.end_txn_script:
-            answer = self.end_txn_script.popleft()
-        else:
-            answer = Answer(E.NONE, COMMIT if commit else ABORT)
+        self.calls.append(("end_txn", transactional_id, producer_id, epoch, result, version))
+        answer = self.end_txn_script.popleft() if self.end_txn_script else Answer(E.NONE, result)
         if answer.marker is not None:
             self._end(transactional_id, answer.marker)
         if answer.code == DROP:
             raise ConnectionLostError("scripted: connection dropped")
         return int(answer.code)
 
-    def describe_transaction(self, transactional_id: str) -> dict[str, Any] | None:
+    def describe_transaction(self, transactional_id: str) -> DescribedTransaction | None:
         if transactional_id not in self.ids:
             return None
         pid, epoch = self.ids[transactional_id]
-        return {
-            "transactional_id": transactional_id,
-            "state": self.state[transactional_id],
-            "producer_id": pid,
-            "producer_epoch": epoch,
-            "transaction_timeout_ms": (
+        return DescribedTransaction(
+            transactional_id=transactional_id,
+            state=CoordinatorTxnState.parse(self.state[transactional_id]),
+            producer_id=pid,
+            producer_epoch=epoch,
+            coordinator=1,
+            transaction_timeout_ms=(
                 self.stored_timeout_ms if self.two_pc[transactional_id] else 60_000
             ),
-            "transaction_start_time_ms": 1_700_000_000_000,
-        }
+            transaction_start_time_ms=1_700_000_000_000,
+        )
 
     def _end(self, transactional_id: str, marker: ControlType) -> None:
         if transactional_id not in self.ids:  # one of ScriptedBroker.prepare()'s
@@ -226,7 +228,7 @@ class TwoPhaseBroker(ScriptedBroker):
         for p in sorted(self.added.pop(transactional_id, set())):
             log = self.logs[(TOPIC, p)]
             offset = log[-1].last_offset + 1 if log else 0
-            log.append(LogBatch(offset, offset, pid, epoch, True, marker, 1))
+            log.append(RecordBatch(offset, offset, pid, epoch, True, marker, 1))
         self.state[transactional_id] = "CompleteCommit" if marker is COMMIT else "CompleteAbort"
 
     def kinds(self) -> list[str]:
@@ -351,7 +353,7 @@ def test_native_path_prepares_a_2pc_committable_the_controller_commits():
     records = [*rows(40), (None, b"no key 1"), (None, b"no key 2"), (b"h", b"v", [("t", b"1")])]
     committable = native_writer(broker, batch_bytes=300).write(TOPIC, records)
 
-    assert committable.two_phase_commit
+    assert committable.kip939
     assert committable.transaction_timeout_ms == TWO_PHASE_TIMEOUT_MS
     assert committable.expires_at_ms is None  # no deadline for the timeout guard
     assert committable.transaction_version == TRANSACTION_VERSION_CLASSIC
@@ -376,7 +378,7 @@ def test_native_path_prepares_a_2pc_committable_the_controller_commits():
     result = controller(broker).commit(committable)
     assert result.outcome is Outcome.COMMITTED
     [end] = [c for c in broker.calls if c[0] == "end_txn"]
-    assert end[4:] == (True, 4), "a classic (TV1) 2PC transaction ends with EndTxn v4"
+    assert end[4:] == (COMMIT, 4), "a classic (TV1) 2PC transaction ends with EndTxn v4"
     totals = audit_topic(broker, TOPIC, [committable]).totals
     assert totals == {"committed": 43, "aborted": 0, "open": 0, "non_transactional": 0}
 
@@ -386,7 +388,7 @@ def test_classic_and_native_committables_differ_only_in_their_deadline():
     assert detect(broker, "auto") is TwoPhaseMode.CLASSIC
     classic = broker.prepare("tx-classic", records=5, partitions=2)
     assert classic.expires_at_ms == classic.deadline_ms == classic.start_time_ms + 60_000
-    assert "two_phase_commit" not in classic.to_dict()  # old form, byte for byte
+    assert "kip939" not in classic.to_dict()  # old form, byte for byte
     assert controller(broker).commit(classic).outcome is Outcome.COMMITTED
     assert [c[5] for c in broker.calls if c[0] == "end_txn"] == [4]
 
@@ -453,12 +455,12 @@ def test_a_failed_abort_says_how_to_end_the_transaction():
 def test_old_committables_still_read_and_the_flag_is_validated():
     broker = TwoPhaseBroker()
     old = broker.prepare().to_dict()
-    assert not Committable.from_dict(old).two_phase_commit
-    with pytest.raises(CommittableError, match="'two_phase_commit' must be true or false"):
-        Committable.from_dict({**old, "two_phase_commit": "yes"})
+    assert not Committable.from_dict(old).kip939
+    with pytest.raises(CommittableError, match="'kip939' must be true or false"):
+        Committable.from_dict({**old, "kip939": "yes"})
     with pytest.raises(CommittableError, match="'transaction_timeout_ms' must be 2147483647"):
-        Committable.from_dict({**old, "two_phase_commit": True})
-    flagged = {**old, "two_phase_commit": True, "transaction_timeout_ms": TWO_PHASE_TIMEOUT_MS}
+        Committable.from_dict({**old, "kip939": True})
+    flagged = {**old, "kip939": True, "transaction_timeout_ms": TWO_PHASE_TIMEOUT_MS}
     assert Committable.from_dict(flagged).expires_at_ms is None
 
 
@@ -484,7 +486,7 @@ def test_a_released_broker_takes_the_classic_path(protocol, bootstrap, topic, tm
     done = cli(*args, "--two-phase", "auto")
     assert done.returncode == 0, done.stderr
     committable = Committable.from_json(done.stdout)
-    assert not committable.two_phase_commit and committable.expires_at_ms is not None
+    assert not committable.kip939 and committable.expires_at_ms is not None
     assert TransactionController(protocol).commit(committable).outcome is Outcome.COMMITTED
     assert_exactly_once(protocol, bootstrap, topic, committable, committed=12, aborted=0)
 
@@ -536,27 +538,27 @@ def test_a_native_transaction_outlives_the_max_timeout_and_commits_elsewhere(tmp
         )
         assert done.returncode == 0, done.stderr
         classic = Committable.from_json(done.stdout)
-        assert native.two_phase_commit and native.transaction_timeout_ms == TWO_PHASE_TIMEOUT_MS
-        assert not classic.two_phase_commit
+        assert native.kip939 and native.transaction_timeout_ms == TWO_PHASE_TIMEOUT_MS
+        assert not classic.kip939
         # The same keys: our murmur2 and librdkafka's murmur2_random agree on partitions.
         assert [(p.partition, p.record_count) for p in native.partitions] == [
             (p.partition, p.record_count) for p in classic.partitions
         ]
 
         deadline = time.monotonic() + 30
-        while (protocol.describe_transaction(classic_id) or {}).get("state") != "CompleteAbort":
+        while getattr(protocol.describe_transaction(classic_id), "state", None) != "CompleteAbort":
             assert time.monotonic() < deadline, protocol.describe_transaction(classic_id)
             time.sleep(0.2)
         time.sleep(max(0.0, 7.0 - (time.monotonic() - prepared_at)))
         state = protocol.describe_transaction(native_id)
         assert state is not None
-        assert (state["state"], state["producer_id"], state["producer_epoch"]) == (
+        assert (state.state, state.producer_id, state.producer_epoch) == (
             "Ongoing",
             native.producer_id,
             native.producer_epoch,
         )
-        assert state["transaction_timeout_ms"] == TWO_PHASE_TIMEOUT_MS
-        assert transaction_states(LogReader(protocol), [native])[0].open
+        assert state.transaction_timeout_ms == TWO_PHASE_TIMEOUT_MS
+        assert marker_views(LogReader(protocol), [native])[0].open
 
         committed = cli("commit", "-b", bootstrap, "-", stdin=native.to_json())
         assert committed.returncode == 0, committed.stderr

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from ..transaction.errors import ConfigurationError, Kafka2pcError
+from ..errors import BrokerFetchError, ConfigurationError
 
 #: The newest 4.x that passes the whole suite; docker-compose.yml pins the same.
 DEFAULT_KAFKA_VERSION = "4.4.0"
@@ -35,10 +35,6 @@ REPOSITORY_ENV = "KAFKA2PC_MAVEN_REPOSITORY"
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-
-
-class BrokerFetchError(Kafka2pcError):
-    """Apache Kafka could not be fetched; the message names the version and cache path."""
 
 
 def cache_root() -> Path:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from ..transaction.errors import Kafka2pcError
+from ..errors import Kafka2pcError
 from .distribution import DEFAULT_KAFKA_VERSION, fetch_kafka, java_binary, major
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from ..transaction.errors import ConfigurationError
+from ..errors import ConfigurationError
 
 #: What each connection of an export looks like, for the error message.
 HINTS = {

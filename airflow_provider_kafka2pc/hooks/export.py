@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from ..coordination.finish import Coordinator
 from ..ledger import Ledger
-from .coordinator import Coordinator
 from .kafka2pc import Kafka2pcHook
 from .ledger import LedgerHook
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
+from ..errors import ConfigurationError, ProtocolError
 from ..transaction.controller import RetryPolicy, TransactionController
-from ..transaction.errors import ConfigurationError, ProtocolError
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.settings import redact
 from .connections import require_connection

@@ -12,8 +12,8 @@ from typing import Any
 from airflow.sdk import BaseHook
 from sqlalchemy.engine import URL, make_url
 
+from ..errors import ConfigurationError
 from ..ledger import Ledger
-from ..transaction.errors import ConfigurationError
 from .connections import require_connection
 
 _POSTGRES_TYPES = ("postgres", "postgresql")

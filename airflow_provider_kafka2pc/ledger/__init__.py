@@ -4,16 +4,18 @@ SQLAlchemy Core on SQLite (the embedded default) or PostgreSQL, migrated by Alem
 Free of Airflow imports, like :mod:`airflow_provider_kafka2pc.transaction`.
 """
 
-from .states import (
-    BATCH_TRANSITIONS,
-    PARTICIPANT_TRANSITIONS,
-    BatchState,
+from ..errors import (
     ConflictError,
     IllegalTransitionError,
     LedgerError,
     NotFoundError,
-    ParticipantState,
     PrefixOwnedError,
+)
+from .states import (
+    BATCH_TRANSITIONS,
+    PARTICIPANT_TRANSITIONS,
+    BatchState,
+    ParticipantState,
     Verdict,
 )
 from .store import Batch, Lease, Ledger, Participant

@@ -10,23 +10,10 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, false, func, insert, or_, select, update
 
-from ..transaction.errors import ConfigurationError
-from ..transaction.naming import validate_transactional_id
+from ..errors import ConflictError, PrefixOwnedError
+from ..transaction import naming
 from .database import LOCK_PREFIXES, advisory_lock
 from .schema import leases, now, prefixes
-from .states import ConflictError, PrefixOwnedError
-
-#: Leaves room for "-<slot>" within the 200 characters a transactional id may have.
-MAX_PREFIX_LENGTH = 190
-
-
-def check_prefix(id_prefix: object) -> str:
-    prefix = validate_transactional_id(id_prefix, "id_prefix")
-    if len(prefix) > MAX_PREFIX_LENGTH:
-        raise ConfigurationError(
-            f"id_prefix is longer than {MAX_PREFIX_LENGTH} characters (ids append -<slot>)"
-        )
-    return prefix
 
 
 def claim_prefix(conn: Connection, export_id: str, id_prefix: str) -> None:
@@ -90,10 +77,11 @@ def lease(conn: Connection, export_id: str, run_key: str, id_prefix: str, n: int
     new = list(range(start, start + n - len(free)))
     if new:
         slots = [
-            {"id_prefix": id_prefix, "slot": s, "transactional_id": f"{id_prefix}-{s}"} for s in new
+            {"id_prefix": id_prefix, "slot": s, "transactional_id": naming.build(id_prefix, s)}
+            for s in new
         ]
         conn.execute(insert(leases), [{**slot, **holder} for slot in slots])
-    return [f"{id_prefix}-{s}" for s in sorted([*free, *new])]
+    return [naming.build(id_prefix, s) for s in sorted([*free, *new])]
 
 
 def release(conn: Connection, export_id: str, run_key: str) -> int:

@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ..transaction.errors import ConfigurationError, Kafka2pcError
+from ..errors import IllegalTransitionError
 
 
 class BatchState(enum.StrEnum):
@@ -82,33 +82,6 @@ PARTICIPANT_TRANSITIONS: Mapping[ParticipantState, frozenset[ParticipantState]] 
         _P.ABORTED: frozenset(),
     }
 )
-
-
-class LedgerError(Kafka2pcError):
-    """Root of the ledger's errors."""
-
-
-class NotFoundError(LedgerError, LookupError):
-    """No such batch (begin() it first) or no such participant in its current attempt."""
-
-
-class IllegalTransitionError(LedgerError):
-    """The move is not in the transition table; the message names batch, from and to."""
-
-    def __init__(self, batch: str, current: enum.Enum, target: enum.Enum, why: str = "") -> None:
-        detail = f": {why}" if why else ""
-        super().__init__(
-            f"batch {batch}: illegal transition {current.value} -> {target.value}{detail}"
-        )
-        self.batch, self.current, self.target = batch, current, target
-
-
-class ConflictError(LedgerError):
-    """A compare-and-set lost: another process moved the row first. Re-read and retry."""
-
-
-class PrefixOwnedError(LedgerError, ConfigurationError):
-    """The transactional-id prefix belongs to another export (or overlaps one of its prefixes)."""
 
 
 def check_batch_move(batch: str, current: BatchState, target: BatchState) -> None:

@@ -18,16 +18,20 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from ..errors import (
+    CommittableError,
+    ConfigurationError,
+    ConflictError,
+    IllegalTransitionError,
+    NotFoundError,
+)
+from ..transaction import naming
 from ..transaction.committable import Committable
-from ..transaction.errors import CommittableError, ConfigurationError
 from . import database, pool
 from .schema import batches, leases, now, participants
 from .states import (
     BATCH_TRANSITIONS,
     BatchState,
-    ConflictError,
-    IllegalTransitionError,
-    NotFoundError,
     ParticipantState,
     Verdict,
     check_batch_move,
@@ -119,7 +123,7 @@ class Ledger:
         """
         label = _label(export_id, run_key)
         _check_name(topic, "topic", 249)
-        pool.check_prefix(id_prefix)
+        naming.validate_prefix(id_prefix)
         if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
             raise ConfigurationError(f"num_partitions must be an integer, got {num_partitions!r}")
         if num_partitions < 1:

@@ -15,10 +15,10 @@ from typing import Any
 from airflow.sdk import BaseBranchOperator, Context, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from ..coordination.decision import Assessment, assess
+from ..errors import ConfigurationError
 from ..hooks.export import ExportHook
-from ..hooks.verdict import Assessment, assess
 from ..ledger import Batch, BatchState, Ledger, Verdict
-from ..transaction.errors import ConfigurationError
 
 #: task_state_store and XCom key of the recorded verdict.
 VERDICT_KEY = "verdict"

@@ -7,7 +7,7 @@ aborted export shows as a failed run.
 
 The commit task also repairs loss: a participant the broker aborted before the commit
 (timed out, fenced) is re-prepared by the export's own prepare task, run again for just
-those partitions, and committed; see :mod:`..hooks.coordinator`.
+those partitions, and committed; see :mod:`..coordination.finish`.
 """
 
 from __future__ import annotations
@@ -20,20 +20,17 @@ from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.observability.stats import Stats
 
-from ..hooks.coordinator import (
-    MAX_REPAIRS,
-    Coordinator,
-    Finished,
+from ..coordination.finish import MAX_REPAIRS, Coordinator, Finished, Reprepare
+from ..errors import (
+    ConfigurationError,
     NothingPreparedError,
     ParticipantLostError,
     RepairImpossibleError,
-    Reprepare,
     VerdictMismatchError,
 )
 from ..hooks.export import ExportHook
 from ..ledger import Batch, Participant
 from ..transaction.committable import Committable
-from ..transaction.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .prepare import SparkKafkaPrepareOperator

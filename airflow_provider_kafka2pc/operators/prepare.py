@@ -32,16 +32,23 @@ from airflow.sdk.exceptions import (
 )
 from airflow.sdk.observability.stats import Stats
 
+from ..coordination.finish import Coordinator
+from ..errors import (
+    CommittableError,
+    ConfigurationError,
+    Kafka2pcError,
+    LedgerError,
+    RepairFailedError,
+    RepairImpossibleError,
+)
 from ..hooks.connections import require_connection
-from ..hooks.coordinator import Coordinator, RepairFailedError, RepairImpossibleError
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
-from ..ledger import Batch, BatchState, Ledger, LedgerError, Participant
+from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION
-from ..transaction.batch import PreparedBatch
+from ..transaction import naming
 from ..transaction.committable import Committable
-from ..transaction.errors import CommittableError, ConfigurationError, Kafka2pcError
-from ..transaction.naming import validate_transactional_id
+from ..transaction.manifest import Manifest
 from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 from .spark_job import (
     DEFAULT_SPARK_CONF,
@@ -117,7 +124,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     ) -> None:
         check_num_partitions(num_partitions)
         if "{{" not in id_prefix:
-            validate_transactional_id(f"{id_prefix}-{num_partitions - 1}", "id_prefix")
+            naming.check_slots(id_prefix, num_partitions)
         if not any("{{" in str(v) for v in dict(source).values()):
             source_arguments(source)
         # Re-attaching to an earlier try's Spark job would race the fence this operator
@@ -168,7 +175,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                 f"run_key must be a non-empty string, got {self.run_key!r} (a run without a "
                 "data interval needs an explicit run_key)"
             )
-        validate_transactional_id(f"{self.id_prefix}-{self.num_partitions - 1}", "id_prefix")
+        naming.check_slots(self.id_prefix, self.num_partitions)
         source_args = source_arguments(self.source)
         for role, conn_id in (
             ("Kafka", self.kafka_conn_id),
@@ -260,7 +267,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
 
     def run_spark(
         self, context: Context, kafka: Kafka2pcHook, batch: Batch, source_args: list[str]
-    ) -> PreparedBatch:
+    ) -> Manifest:
         """Submit the packaged application (:class:`SparkSubmitOperator`); read its manifest."""
         with self._manifest(batch, f"attempt-{batch.attempt}") as (manifest, read):
             self.submit(context, kafka, batch, [*source_args, *self._writer_args()], manifest)
@@ -414,9 +421,9 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             yield str(path), path.read_text
 
 
-def _read_manifest(manifest: str, read: Any) -> PreparedBatch:
+def _read_manifest(manifest: str, read: Any) -> Manifest:
     try:
-        return PreparedBatch.from_json(read())
+        return Manifest.from_json(read())
     except (OSError, CommittableError) as exc:
         raise Kafka2pcError(f"the prepare job's manifest {manifest} is unusable: {exc}") from exc
 
@@ -424,7 +431,7 @@ def _read_manifest(manifest: str, read: Any) -> PreparedBatch:
 def _refusal(read: Any) -> str | None:
     """Why a failed repair run refused to write, when its manifest says so; else None."""
     try:
-        refused = PreparedBatch.from_json(read()).metadata.get("refused")
+        refused = Manifest.from_json(read()).metadata.get("refused")
     except (OSError, CommittableError):
         return None
     return str(refused) if refused else None

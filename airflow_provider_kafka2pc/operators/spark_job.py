@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..hooks.coordinator import RepairImpossibleError
+from ..errors import ConfigurationError, Kafka2pcError, RepairImpossibleError
 from ..ledger import Batch, Participant
-from ..transaction.batch import PreparedBatch
 from ..transaction.committable import Committable
-from ..transaction.errors import ConfigurationError, Kafka2pcError
+from ..transaction.manifest import Manifest
 from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 #: Keys of ``source``: exactly one of the first three, plus the optional ones.
@@ -97,7 +96,7 @@ def check_num_partitions(num_partitions: object) -> None:
 
 
 def committables_for(
-    prepared: PreparedBatch, batch: Batch, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    prepared: Manifest, batch: Batch, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 ) -> list[Committable]:
     """One committable per leased id, in order; an empty source yields empty ones."""
     ids = list(batch.transactional_ids)
@@ -129,7 +128,7 @@ def repair_arguments(participants: Sequence[Participant], lost: Sequence[Partici
 
 
 def repaired_committables(
-    prepared: PreparedBatch, batch: Batch, lost: Sequence[Participant]
+    prepared: Manifest, batch: Batch, lost: Sequence[Participant]
 ) -> dict[int, Committable]:
     """The re-prepared committables by partition index, from a repair run's manifest.
 

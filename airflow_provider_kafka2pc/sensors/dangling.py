@@ -16,8 +16,8 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from ..hooks.recovery import RecoveryReport
-from ..transaction.errors import ConfigurationError
+from ..coordination.recovery import RecoveryReport
+from ..errors import ConfigurationError
 from ..triggers.dangling import TRANSIENT_ERRORS, DanglingTransactionTrigger, recover_export
 
 

@@ -6,7 +6,7 @@
         --topic orders --transactional-ids run-0,run-1,... \\
         --kafka-config-file kafka.json --manifest s3a://b/manifests/run.json
 
-Exit 0 only when every partition prepared; the manifest (the PreparedBatch as JSON) is
+Exit 0 only when every partition prepared; the manifest (the Manifest as JSON) is
 written atomically (temporary file, then rename) through Hadoop's FileSystem, so any
 Hadoop-supported URI works. Without a manifest the orchestrator must abort the ids.
 
@@ -30,9 +30,9 @@ from typing import Any
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_kafka2pc.spark.prepare import SourceChangedError, prepare_dataframe
-from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
-from airflow_provider_kafka2pc.transaction.errors import ConfigurationError, Kafka2pcError
+from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
+from airflow_provider_kafka2pc.spark.prepare import prepare_dataframe
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 from airflow_provider_kafka2pc.transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
@@ -89,7 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS
     )
     parser.add_argument("--run-id")
-    parser.add_argument("--manifest", required=True, help="where to write the PreparedBatch JSON")
+    parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
     parser.add_argument(
         "--only-partitions",
         type=_indexes,
@@ -142,7 +142,7 @@ def read_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     return df.where(args.filter) if args.filter else df
 
 
-def write_manifest(spark: SparkSession, uri: str, batch: PreparedBatch) -> None:
+def write_manifest(spark: SparkSession, uri: str, batch: Manifest) -> None:
     """Write through Hadoop's FileSystem: temporary file, then rename (atomic on HDFS/local)."""
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
@@ -223,7 +223,7 @@ def refuse(
 ) -> int:
     """A repair that wrote nothing: the manifest says why (the orchestrator reads it)."""
     log.error("refusing to re-prepare partitions %s: %s", args.only_partitions, why)
-    refused = PreparedBatch(
+    refused = Manifest(
         run_id=args.run_id or "",
         topic=args.topic,
         committables=(),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..transaction.errors import WriteError
+from ..errors import WriteError
 from ..transaction.writer import Record, TransactionalWriter
 
 KEY = "__kafka2pc_key"

@@ -32,9 +32,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..transaction.batch import PreparedBatch
+from ..errors import ConfigurationError, PrepareError, ProtocolError, SourceChangedError
 from ..transaction.committable import Committable
-from ..transaction.errors import ConfigurationError, Kafka2pcError, ProtocolError
+from ..transaction.manifest import Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
@@ -65,22 +65,6 @@ _TEXT_TYPES = (T.StringType, T.BinaryType)
 _PARTITION_BY = "__kafka2pc_partition_by"
 
 
-class PrepareError(Kafka2pcError):
-    """The Spark job did not prepare every partition; abort the run's transactional ids."""
-
-
-class SourceChangedError(Kafka2pcError):
-    """A re-prepare found other partition counts than the recorded ones; nothing was written.
-
-    The input is no longer the one the batch was prepared from, so a lost partition cannot
-    be recomputed: re-writing it would commit records the rest of the batch never had.
-    """
-
-    def __init__(self, message: str, partition_rows: Sequence[int]) -> None:
-        super().__init__(message)
-        self.partition_rows = tuple(partition_rows)
-
-
 def prepare_dataframe(
     df: DataFrame,
     *,
@@ -96,7 +80,7 @@ def prepare_dataframe(
     on_batch: BatchHook | None = None,
     only_partitions: Sequence[int] | None = None,
     expected_partition_rows: Sequence[int] | None = None,
-) -> PreparedBatch:
+) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
     :param df: the rows to export.
@@ -146,7 +130,7 @@ def prepare_dataframe(
         source_rows = sum(partition_rows[i] for i in selected)
         if source_rows == 0:
             log.warning("run %s: the source is empty; nothing prepared", run_id)
-            return PreparedBatch(
+            return Manifest(
                 run_id,
                 topic,
                 (),
@@ -176,7 +160,7 @@ def prepare_dataframe(
         prepared.unpersist()
     committables = _check_reports(reports, ids, partition_rows, selected)
     partial = {"partitions": list(selected)} if len(selected) < len(ids) else {}
-    batch = PreparedBatch(
+    batch = Manifest(
         run_id=run_id,
         topic=topic,
         committables=committables,

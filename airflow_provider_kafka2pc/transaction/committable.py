@@ -6,7 +6,7 @@ the transactional id, the producer id and epoch the coordinator knows it by, and
 transaction version (which fixes the EndTxn request version it must be ended with).
 The offsets let the outcome be verified from the log's markers.
 
-A KIP-939 two-phase-commit transaction (``two_phase_commit``) is finished the same way;
+A KIP-939 two-phase-commit transaction (``kip939``) is finished the same way;
 it differs only in that the coordinator never times it out (docs/kip-939.md).
 """
 
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CommittableError, ConfigurationError
+from ..errors import CommittableError, ConfigurationError
 from .naming import validate_transactional_id
 
 SCHEMA_VERSION = 1
@@ -67,7 +67,7 @@ class Committable:
     schema: int = field(default=SCHEMA_VERSION)
     #: Opened with KIP-939's enable2Pc: the coordinator never aborts it by timeout.
     #: Optional in JSON (absent = False), so committables written before it still read.
-    two_phase_commit: bool = False
+    kip939: bool = False
 
     @property
     def is_empty(self) -> bool:
@@ -87,7 +87,7 @@ class Committable:
     def expires_at_ms(self) -> int | None:
         """When the coordinator will abort this transaction by timeout (epoch ms);
         None when it never will (a KIP-939 2PC transaction): no deadline to guard."""
-        return None if self.two_phase_commit else self.deadline_ms
+        return None if self.kip939 else self.deadline_ms
 
     @classmethod
     def empty(cls, transactional_id: str, start_time_ms: int, timeout_ms: int) -> Committable:
@@ -114,7 +114,7 @@ class Committable:
             "start_time_ms": self.start_time_ms,
             "transaction_timeout_ms": self.transaction_timeout_ms,
             # Written only when set: classic committables keep their exact old form.
-            **({"two_phase_commit": True} if self.two_phase_commit else {}),
+            **({"kip939": True} if self.kip939 else {}),
         }
 
     def to_json(self) -> str:
@@ -167,28 +167,26 @@ class Committable:
             start_time_ms=_int(data, "start_time_ms", minimum=0),
             transaction_timeout_ms=_int(data, "transaction_timeout_ms", minimum=1),
             schema=schema,
-            two_phase_commit=_two_phase(data),
+            kip939=_kip939(data),
         )
         if committable.producer_epoch > 32767:
             raise CommittableError("committable field 'producer_epoch' exceeds 32767")
-        if committable.two_phase_commit and committable.transaction_timeout_ms != (
-            TWO_PHASE_TIMEOUT_MS
-        ):
+        if committable.kip939 and committable.transaction_timeout_ms != (TWO_PHASE_TIMEOUT_MS):
             # A 2PC flag on a transaction that does time out would disarm the timeout guard.
             raise CommittableError(
                 "committable field 'transaction_timeout_ms' must be "
-                f"{TWO_PHASE_TIMEOUT_MS} (the coordinator's own) when 'two_phase_commit' "
+                f"{TWO_PHASE_TIMEOUT_MS} (the coordinator's own) when 'kip939' "
                 f"is true, got {committable.transaction_timeout_ms}"
             )
         return committable
 
 
-def _two_phase(data: dict[str, Any]) -> bool:
-    value = data.get("two_phase_commit", False)
+def _kip939(data: dict[str, Any]) -> bool:
+    # Committables recorded before the rename carry the flag as "two_phase_commit".
+    name = "kip939" if "kip939" in data else "two_phase_commit"
+    value = data.get(name, False)
     if not isinstance(value, bool):
-        raise CommittableError(
-            f"committable field 'two_phase_commit' must be true or false, got {value!r}"
-        )
+        raise CommittableError(f"committable field {name!r} must be true or false, got {value!r}")
     return value
 
 

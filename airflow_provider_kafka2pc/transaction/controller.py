@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import ConnectionLostError, ProtocolError, TransactionInDoubtError
 from .committable import TRANSACTION_VERSION_KIP890, Committable
-from .errors import ProtocolError, TransactionInDoubtError
-from .log import LogReader, TransactionState, transaction_states
+from .log import LogReader, MarkerView, marker_views
 from .naming import validate_transactional_id
-from .protocol import ApiKey, ConnectionLostError, ErrorCode, TransactionProtocol, error_name
+from .protocol import ApiKey, ControlType, ErrorCode, TransactionProtocol, error_name
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,20 @@ class Outcome(enum.Enum):
     def aborted(self) -> bool:
         return self in (Outcome.ABORTED, Outcome.ALREADY_ABORTED, Outcome.LOST)
 
+    @classmethod
+    def ended_by(cls, result: ControlType) -> Outcome:
+        """What ending a transaction by ``result`` ourselves makes of it."""
+        return cls.COMMITTED if result is ControlType.COMMIT else cls.ABORTED
 
-class Action(enum.Enum):
+    @classmethod
+    def sought(cls, result: ControlType) -> frozenset[Outcome]:
+        """The outcomes that mean ``result`` holds (by us or by someone before us)."""
+        if result is ControlType.COMMIT:
+            return frozenset({cls.COMMITTED, cls.ALREADY_COMMITTED})
+        return frozenset({cls.ABORTED, cls.ALREADY_ABORTED})
+
+
+class EndTxnAction(enum.Enum):
     VERIFY = "verify"  # the broker accepted; confirm from the markers
     REFIND_COORDINATOR = "refind"  # the coordinator moved or is loading
     RETRY = "retry"  # the same request later
@@ -56,19 +68,19 @@ class Action(enum.Enum):
     FATAL = "fatal"  # a known failure no retry can mend
 
 
-END_TXN_ACTIONS: dict[int, Action] = {
-    ErrorCode.NONE: Action.VERIFY,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: Action.REFIND_COORDINATOR,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE: Action.REFIND_COORDINATOR,
-    ErrorCode.NOT_COORDINATOR: Action.REFIND_COORDINATOR,
-    ErrorCode.CONCURRENT_TRANSACTIONS: Action.RETRY,
-    ErrorCode.REQUEST_TIMED_OUT: Action.RETRY,
-    ErrorCode.PRODUCER_FENCED: Action.RESOLVE_FROM_LOG,
-    ErrorCode.INVALID_PRODUCER_EPOCH: Action.RESOLVE_FROM_LOG,
-    ErrorCode.INVALID_TXN_STATE: Action.RESOLVE_FROM_LOG,
-    ErrorCode.INVALID_PRODUCER_ID_MAPPING: Action.RESOLVE_FROM_LOG,
-    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Action.FATAL,
-    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: Action.FATAL,
+END_TXN_ACTIONS: dict[int, EndTxnAction] = {
+    ErrorCode.NONE: EndTxnAction.VERIFY,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: EndTxnAction.REFIND_COORDINATOR,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: EndTxnAction.REFIND_COORDINATOR,
+    ErrorCode.NOT_COORDINATOR: EndTxnAction.REFIND_COORDINATOR,
+    ErrorCode.CONCURRENT_TRANSACTIONS: EndTxnAction.RETRY,
+    ErrorCode.REQUEST_TIMED_OUT: EndTxnAction.RETRY,
+    ErrorCode.PRODUCER_FENCED: EndTxnAction.RESOLVE_FROM_LOG,
+    ErrorCode.INVALID_PRODUCER_EPOCH: EndTxnAction.RESOLVE_FROM_LOG,
+    ErrorCode.INVALID_TXN_STATE: EndTxnAction.RESOLVE_FROM_LOG,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: EndTxnAction.RESOLVE_FROM_LOG,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: EndTxnAction.FATAL,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: EndTxnAction.FATAL,
 }
 """EndTxn answer -> action. Anything not listed is an unknown failure: FATAL."""
 
@@ -85,8 +97,8 @@ _RETRIABLE_COORDINATOR = {
 }
 
 
-def classify_end_txn(code: int) -> Action:
-    return END_TXN_ACTIONS.get(code, Action.FATAL)
+def classify_end_txn(code: int) -> EndTxnAction:
+    return END_TXN_ACTIONS.get(code, EndTxnAction.FATAL)
 
 
 def _unknown_to_coordinator(c: Committable) -> TransactionInDoubtError:
@@ -170,22 +182,24 @@ class TransactionController:
         self._coordinators: dict[str, int] = {}
 
     def commit(self, committable: Committable) -> Resolution:
-        return self.commit_all([committable])[0]
+        return self.finish_all([committable], ControlType.COMMIT)[0]
 
     def abort(self, committable: Committable) -> Resolution:
-        return self.abort_all([committable])[0]
+        return self.finish_all([committable], ControlType.ABORT)[0]
 
     def commit_all(self, committables: Sequence[Committable]) -> list[Resolution]:
         """Commit every committable; the log is read once per partition and phase."""
-        return self._finish_all(committables, commit=True)
+        return self.finish_all(committables, ControlType.COMMIT)
 
     def abort_all(self, committables: Sequence[Committable]) -> list[Resolution]:
-        return self._finish_all(committables, commit=False)
+        return self.finish_all(committables, ControlType.ABORT)
 
     # -- finishing ----------------------------------------------------------
 
-    def _finish_all(self, committables: Sequence[Committable], commit: bool) -> list[Resolution]:
-        """Send EndTxn to every transaction, then verify each from the log's markers.
+    def finish_all(
+        self, committables: Sequence[Committable], result: ControlType
+    ) -> list[Resolution]:
+        """End every transaction by ``result``, then verify each from the log's markers.
 
         The log is not scanned before acting: EndTxn on a finished transaction is
         harmless (an idempotent success or an error we resolve from the log), while
@@ -194,92 +208,104 @@ class TransactionController:
         transaction with no marker there is looked up over its whole range once, which
         finds markers that were already in the log (``ALREADY_*``).
         """
-        verb = "commit" if commit else "abort"
-        results: list[Resolution | None] = [None] * len(committables)
-
-        def resolved(index: int, outcome: Outcome, reason: str, attempts: int) -> None:
-            c = committables[index]
-            log.info(
-                "%s %s (pid %s, epoch %s): %s, %s",
-                verb,
-                c.transactional_id,
-                c.producer_id,
-                c.producer_epoch,
-                outcome.value,
-                reason,
-            )
-            results[index] = Resolution(
-                outcome,
-                c.transactional_id,
-                c.producer_id,
-                c.producer_epoch,
-                c.record_count,
-                reason,
-                attempts,
-            )
-
+        run = _Finishing(committables, result)
         for i, c in enumerate(committables):
             if c.is_empty:
-                done = Outcome.COMMITTED if commit else Outcome.ABORTED
-                resolved(i, done, "no records were written, no transaction was opened", 0)
-        todo = [i for i, r in enumerate(results) if r is None]
+                reason = "no records were written, no transaction was opened"
+                run.resolve(i, Outcome.ended_by(result), reason, 0)
+        todo = run.pending()
         ends = self._reader.log_ends(p for i in todo for p in committables[i].partitions)
-
         deadline = self._clock() + self._policy.deadline_s
-        accepted: dict[int, int] = {}  # index -> attempts, for EndTxn answered NONE
+        accepted = self._send_end_txns(run, todo, deadline)
+        self._verify_from_markers(run, accepted, ends, deadline)
+        return run.resolutions()
+
+    def _send_end_txns(
+        self, run: _Finishing, todo: Sequence[int], deadline: float
+    ) -> dict[int, int]:
+        """EndTxn to each transaction; returns index -> attempts of those answered NONE."""
+        accepted: dict[int, int] = {}
         for i in todo:
-            outcome, reason, attempts = self._end(committables[i], commit, deadline)
+            outcome, reason, attempts = self._end(run.committables[i], run.result, deadline)
             if outcome is None:
                 accepted[i] = attempts
             else:
-                resolved(i, outcome, reason, attempts)
+                run.resolve(i, outcome, reason, attempts)
+        return accepted
 
-        # Markers follow the coordinator's answer, partition by partition.
+    def _verify_from_markers(
+        self,
+        run: _Finishing,
+        accepted: dict[int, int],
+        ends: Mapping[tuple[str, int], int],
+        deadline: float,
+    ) -> None:
+        """Markers follow the coordinator's answer, partition by partition: wait for them."""
         attempt = 0
         looked_back = False
         while accepted:
-            waiting = list(accepted)
-            fresh = self._states([committables[i] for i in waiting], since=ends)
-            unmarked = []  # no fresh marker at all: perhaps it was finished before
-            for i, state in zip(waiting, fresh, strict=True):
-                if None not in state.markers:
-                    outcome = self._from_markers(state, commit, sent=True)
-                    if outcome is not None:
-                        resolved(i, outcome, "EndTxn answered NONE", accepted.pop(i))
-                elif state.open:
-                    unmarked.append(i)
+            unmarked = self._resolve_fresh(run, accepted, ends)
             if unmarked and not looked_back:
                 looked_back = True
-                waiting = unmarked
-                whole = self._states([committables[i] for i in waiting])
-                # Apache Kafka writes markers after answering EndTxn: ours may have landed
-                # between the two reads, so what the look-back finds is only "already" if
-                # it still lies before the ends noted first.
-                found = [i for i, st in zip(waiting, whole, strict=True) if None not in st.markers]
-                late = self._states([committables[i] for i in found], since=ends)
-                for i, fresh_now in zip(found, late, strict=True):
-                    state = whole[waiting.index(i)]
-                    if None not in fresh_now.markers:
-                        outcome = self._from_markers(fresh_now, commit, sent=True)
-                        reason = "EndTxn answered NONE"
-                    else:
-                        outcome = self._from_markers(state, commit, sent=False)
-                        reason = "EndTxn answered NONE; markers were already in the log"
-                    if outcome is not None:
-                        resolved(i, outcome, reason, accepted.pop(i))
-            if accepted and self._clock() >= deadline:
-                ids = [committables[i].transactional_id for i in accepted]
+                self._look_back(run, accepted, unmarked, ends)
+            if not accepted:
+                return
+            if self._clock() >= deadline:
+                ids = [run.committables[i].transactional_id for i in accepted]
                 raise TransactionInDoubtError(
-                    f"{verb} of {ids} accepted by the coordinator but no markers in the log "
-                    "by the deadline; the transactions may still be open; retry later"
+                    f"{run.verb} of {ids} accepted by the coordinator but no markers in the "
+                    "log by the deadline; the transactions may still be open; retry later"
                 )
-            if accepted:
-                attempt += 1
-                self._sleep(self._policy.backoff(attempt))
-        return [r for r in results if r is not None]
+            attempt += 1
+            self._sleep(self._policy.backoff(attempt))
+
+    def _resolve_fresh(
+        self, run: _Finishing, accepted: dict[int, int], ends: Mapping[tuple[str, int], int]
+    ) -> list[int]:
+        """Resolve what has a marker after the ends noted first; returns the indexes with
+        no fresh marker at all (perhaps finished before)."""
+        waiting = list(accepted)
+        fresh = self._markers([run.committables[i] for i in waiting], since=ends)
+        unmarked = []
+        for i, view in zip(waiting, fresh, strict=True):
+            if None not in view.markers:
+                outcome = _outcome(view, run.result, sent=True)
+                if outcome is not None:
+                    run.resolve(i, outcome, "EndTxn answered NONE", accepted.pop(i))
+            elif view.open:
+                unmarked.append(i)
+        return unmarked
+
+    def _look_back(
+        self,
+        run: _Finishing,
+        accepted: dict[int, int],
+        unmarked: Sequence[int],
+        ends: Mapping[tuple[str, int], int],
+    ) -> None:
+        """Look for ``unmarked``'s markers over their whole ranges, once.
+
+        Apache Kafka writes markers after answering EndTxn: ours may have landed between
+        the two reads, so what the look-back finds is only "already" if it still lies
+        before the ends noted first.
+        """
+        whole = dict(
+            zip(unmarked, self._markers([run.committables[i] for i in unmarked]), strict=True)
+        )
+        found = [i for i, view in whole.items() if None not in view.markers]
+        late = self._markers([run.committables[i] for i in found], since=ends)
+        for i, fresh_now in zip(found, late, strict=True):
+            if None not in fresh_now.markers:
+                outcome = _outcome(fresh_now, run.result, sent=True)
+                reason = "EndTxn answered NONE"
+            else:
+                outcome = _outcome(whole[i], run.result, sent=False)
+                reason = "EndTxn answered NONE; markers were already in the log"
+            if outcome is not None:
+                run.resolve(i, outcome, reason, accepted.pop(i))
 
     def _end(
-        self, c: Committable, commit: bool, deadline: float
+        self, c: Committable, result: ControlType, deadline: float
     ) -> tuple[Outcome | None, str, int]:
         """Send EndTxn until an answer settles it.
 
@@ -290,54 +316,58 @@ class TransactionController:
         while True:
             attempt += 1
             try:
-                code: int | None = self._end_txn(c, commit)
+                code: int | None = self._end_txn(c, result)
             except ConnectionLostError as exc:
                 # Some brokers drop the connection instead of answering a stale epoch;
                 # the markers tell whether the transaction ended meanwhile.
                 code, last = None, str(exc)
                 self._coordinators.pop(c.transactional_id, None)
             if code is None:
-                state = self._states([c])[0]
-                outcome = None if state.open else self._from_markers(state, commit, sent=False)
+                view = self._markers([c])[0]
+                outcome = None if view.open else _outcome(view, result, sent=False)
                 if outcome is not None:
                     return outcome, f"markers in the log after {last}", attempt
             else:
                 last = error_name(code)
                 action = classify_end_txn(code)
-                if action is Action.FATAL:
+                if action is EndTxnAction.FATAL:
                     raise ProtocolError(f"EndTxn for {c.transactional_id!r} failed: {last}", last)
-                if action is Action.VERIFY:
+                if action is EndTxnAction.VERIFY:
                     return None, f"EndTxn answered {last}", attempt
-                if action is Action.REFIND_COORDINATOR:
+                if action is EndTxnAction.REFIND_COORDINATOR:
                     self._coordinators.pop(c.transactional_id, None)
-                if action is Action.RESOLVE_FROM_LOG:
+                if action is EndTxnAction.RESOLVE_FROM_LOG:
                     grace = min(deadline, self._clock() + self._policy.marker_grace_s)
-                    outcome = self._await_markers(c, commit, grace)
+                    outcome = self._await_markers(c, result, grace)
                     if outcome is not None:
                         return outcome, f"EndTxn answered {last}", attempt
                     if code in _TERMINAL_FOR_EPOCH:
                         # This epoch can never be committed by anyone; no marker yet
                         # means the coordinator's abort is still being written.
-                        lost = Outcome.LOST if commit else Outcome.ALREADY_ABORTED
+                        lost = (
+                            Outcome.LOST
+                            if result is ControlType.COMMIT
+                            else Outcome.ALREADY_ABORTED
+                        )
                         return lost, f"EndTxn answered {last}, no marker yet", attempt
                     if code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
                         raise _unknown_to_coordinator(c)
             if self._clock() >= deadline:
                 raise TransactionInDoubtError(
-                    f"{'commit' if commit else 'abort'} of {c.transactional_id!r} unresolved "
+                    f"{result.name.lower()} of {c.transactional_id!r} unresolved "
                     f"after {attempt} attempts ({last}); the transaction may still be open; "
                     "retry later"
                 )
             self._sleep(self._policy.backoff(attempt))
 
-    def _end_txn(self, c: Committable, commit: bool) -> int:
+    def _end_txn(self, c: Committable, result: ControlType) -> int:
         node = self._coordinator(c.transactional_id)
         return self._protocol.end_txn(
             node,
             c.transactional_id,
             c.producer_id,
             c.producer_epoch,
-            commit,
+            result,
             self._end_txn_version(c),
         )
 
@@ -369,46 +399,34 @@ class TransactionController:
         self._coordinators[transactional_id] = node
         return node
 
-    def _states(
+    def _markers(
         self,
         committables: Sequence[Committable],
         since: Mapping[tuple[str, int], int] | None = None,
-    ) -> list[TransactionState]:
-        states = transaction_states(self._reader, committables, since)
-        for c, state in zip(committables, states, strict=True):
-            if state.contradictory:
+    ) -> list[MarkerView]:
+        views = marker_views(self._reader, committables, since)
+        for c, view in zip(committables, views, strict=True):
+            if view.contradictory:
                 raise ProtocolError(
                     f"log of {c.transactional_id!r} holds both commit and abort markers: "
                     "the committable's offsets do not describe one transaction",
                     "CORRUPT_COMMITTABLE",
                 )
-        return states
+        return views
 
-    def _await_markers(self, c: Committable, commit: bool, deadline: float) -> Outcome | None:
+    def _await_markers(
+        self, c: Committable, result: ControlType, deadline: float
+    ) -> Outcome | None:
         """Poll the log until every partition carries the marker or the deadline passes."""
         attempt = 0
         while True:
-            state = self._states([c])[0]
-            if None not in state.markers:
-                return self._from_markers(state, commit, sent=False)
+            view = self._markers([c])[0]
+            if None not in view.markers:
+                return _outcome(view, result, sent=False)
             if self._clock() >= deadline:
                 return None
             attempt += 1
             self._sleep(self._policy.backoff(attempt))
-
-    @staticmethod
-    def _from_markers(state: TransactionState, commit: bool, sent: bool) -> Outcome | None:
-        if state.committed:
-            return (
-                (Outcome.COMMITTED if sent else Outcome.ALREADY_COMMITTED)
-                if commit
-                else Outcome.ALREADY_COMMITTED
-            )
-        if state.aborted:
-            if commit:
-                return Outcome.LOST
-            return Outcome.ABORTED if sent else Outcome.ALREADY_ABORTED
-        return None  # markers still being written
 
     # -- fencing ------------------------------------------------------------
 
@@ -452,3 +470,57 @@ class TransactionController:
                     f"({error_name(code)}); retry later"
                 )
             self._sleep(self._policy.backoff(attempt))
+
+
+def _outcome(view: MarkerView, result: ControlType, sent: bool) -> Outcome | None:
+    """What the log's markers make of a transaction we ended by ``result`` (``sent``: our
+    EndTxn wrote them) or found ended; None while markers are still being written."""
+    if view.committed:
+        return (
+            Outcome.COMMITTED
+            if sent and result is ControlType.COMMIT
+            else (Outcome.ALREADY_COMMITTED)
+        )
+    if view.aborted:
+        if result is ControlType.COMMIT:
+            return Outcome.LOST
+        return Outcome.ABORTED if sent else Outcome.ALREADY_ABORTED
+    return None
+
+
+class _Finishing:
+    """One :meth:`TransactionController.finish_all` call: what it ends, how, and the
+    outcomes so far (each logged once)."""
+
+    def __init__(self, committables: Sequence[Committable], result: ControlType) -> None:
+        self.committables = committables
+        self.result = result
+        self.verb = result.name.lower()
+        self._resolutions: list[Resolution | None] = [None] * len(committables)
+
+    def resolve(self, index: int, outcome: Outcome, reason: str, attempts: int) -> None:
+        c = self.committables[index]
+        log.info(
+            "%s %s (pid %s, epoch %s): %s, %s",
+            self.verb,
+            c.transactional_id,
+            c.producer_id,
+            c.producer_epoch,
+            outcome.value,
+            reason,
+        )
+        self._resolutions[index] = Resolution(
+            outcome,
+            c.transactional_id,
+            c.producer_id,
+            c.producer_epoch,
+            c.record_count,
+            reason,
+            attempts,
+        )
+
+    def pending(self) -> list[int]:
+        return [i for i, r in enumerate(self._resolutions) if r is None]
+
+    def resolutions(self) -> list[Resolution]:
+        return [r for r in self._resolutions if r is not None]

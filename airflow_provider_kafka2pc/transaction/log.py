@@ -13,13 +13,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ProtocolError
 from .committable import Committable, PartitionRange
-from .errors import ProtocolError
 from .protocol import (
     ControlType,
     ErrorCode,
     FetchAnswer,
-    LogBatch,
+    RecordBatch,
     TransactionProtocol,
     error_name,
 )
@@ -71,7 +71,7 @@ class LogReader:
 
     def batches(
         self, topic: str, partition: int, start: int = 0, *, with_keys: bool = False
-    ) -> Iterator[LogBatch]:
+    ) -> Iterator[RecordBatch]:
         """Every batch holding an offset >= ``start``, up to the end of the log.
 
         The end is the high watermark of the latest answer (with READ_UNCOMMITTED every
@@ -167,7 +167,7 @@ class LogReader:
 
 
 @dataclass(frozen=True)
-class TransactionState:
+class MarkerView:
     """What the log says of one committable: a marker (or None) per partition."""
 
     markers: tuple[ControlType | None, ...]
@@ -189,12 +189,12 @@ class TransactionState:
         return ControlType.COMMIT in self.markers and ControlType.ABORT in self.markers
 
 
-def transaction_states(
+def marker_views(
     reader: LogReader,
     committables: Sequence[Committable],
     since: Mapping[tuple[str, int], int] | None = None,
-) -> list[TransactionState]:
+) -> list[MarkerView]:
     """What the log says of each committable, reading each partition once (from ``since``)."""
     spans = [(c.producer_id, part) for c in committables for part in c.partitions]
     markers = iter(reader.markers_after(spans, since))
-    return [TransactionState(tuple(next(markers) for _ in c.partitions)) for c in committables]
+    return [MarkerView(tuple(next(markers) for _ in c.partitions)) for c in committables]

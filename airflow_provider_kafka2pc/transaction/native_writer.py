@@ -4,7 +4,7 @@ It opens the transaction with InitProducerId v6 ``enable2Pc`` (granted only wher
 broker accepts native 2PC, see :mod:`.two_phase`), adds the partitions
 (AddPartitionsToTxn v3), writes the records (Produce <= v11: a classic TV1 transaction),
 checks with DescribeTransactions that the coordinator holds it as a 2PC transaction, and
-returns an ordinary :class:`~.committable.Committable` flagged ``two_phase_commit``.
+returns an ordinary :class:`~.committable.Committable` flagged ``kip939``.
 The controller, the audit and the commit path finish it unchanged (EndTxn <= v4 with the
 stored producer id and epoch), from any process.
 
@@ -19,8 +19,8 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
+from ..errors import ConfigurationError, ConnectionLostError, ProtocolError, WriteError
 from .committable import (
     TRANSACTION_VERSION_CLASSIC,
     TWO_PHASE_TIMEOUT_MS,
@@ -28,16 +28,9 @@ from .committable import (
     PartitionRange,
 )
 from .controller import CLASSIC_END_TXN_MAX_VERSION
-from .errors import ConfigurationError, ProtocolError, WriteError
+from .described import CoordinatorTxnState, DescribedTransaction
 from .naming import validate_transactional_id
-from .protocol import (
-    ApiKey,
-    ConnectionLostError,
-    ErrorCode,
-    NativeTransactionProtocol,
-    Row,
-    error_name,
-)
+from .protocol import ApiKey, ControlType, ErrorCode, NativeTransactionProtocol, Row, error_name
 from .two_phase import refusal_message, request_two_phase
 
 log = logging.getLogger(__name__)
@@ -48,7 +41,7 @@ BATCH_BYTES = 256 * 1024
 #: Kafka's per-record framing (length, attributes, deltas, header count), roughly.
 RECORD_OVERHEAD = 24
 #: The coordinator's state of a transaction with records and no end yet.
-ONGOING = "Ongoing"
+ONGOING = CoordinatorTxnState.ONGOING
 _COORDINATOR_MOVED = frozenset(
     {
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -182,7 +175,11 @@ class NativeWriter:
             if isinstance(exc, ConfigurationError):  # bad input stays bad input
                 raise ConfigurationError(f"{exc} ({ended})") from None
             raise WriteError(f"native write to {topic!r} failed, {ended}: {exc}") from exc
-        started = described.get("transaction_start_time_ms") or start_ms
+        started = (
+            described.transaction_start_time_ms
+            if described.transaction_start_time_ms > 0
+            else start_ms
+        )
         committable = Committable(
             transactional_id=self.transactional_id,
             producer_id=txn.producer_id,
@@ -191,8 +188,8 @@ class NativeWriter:
             partitions=txn.ranges(),
             record_count=txn.count,
             start_time_ms=started,
-            transaction_timeout_ms=described["transaction_timeout_ms"],
-            two_phase_commit=True,
+            transaction_timeout_ms=described.transaction_timeout_ms,
+            kip939=True,
         )
         log.info(
             "%s: prepared %d records in %d partitions as a 2PC transaction (pid %d, epoch %d)",
@@ -216,17 +213,22 @@ class NativeWriter:
             raise ConfigurationError(f"topic {topic!r} has no partitions; create it first")
         return leaders
 
-    def _check_coordinator(self, txn: _OpenTransaction) -> dict[str, Any]:
+    def _check_coordinator(self, txn: _OpenTransaction) -> DescribedTransaction:
         """The coordinator must hold our producer id/epoch, Ongoing, with the 2PC timeout:
         anything else is not a transaction that waits for us."""
-        described = self._protocol.describe_transaction(self.transactional_id) or {}
+        described = self._protocol.describe_transaction(self.transactional_id)
+        expected = (ONGOING, txn.producer_id, txn.epoch, TWO_PHASE_TIMEOUT_MS)
         got = (
-            described.get("state"),
-            described.get("producer_id"),
-            described.get("producer_epoch"),
-            described.get("transaction_timeout_ms"),
+            (None, None, None, None)
+            if described is None
+            else (
+                described.state,
+                described.producer_id,
+                described.producer_epoch,
+                described.transaction_timeout_ms,
+            )
         )
-        if got != (ONGOING, txn.producer_id, txn.epoch, TWO_PHASE_TIMEOUT_MS):
+        if described is None or got != expected:
             raise WriteError(
                 f"the coordinator holds {self.transactional_id!r} as state {got[0]}, pid "
                 f"{got[1]}, epoch {got[2]}, timeout {got[3]} ms; expected {ONGOING}, pid "
@@ -245,7 +247,12 @@ class NativeWriter:
             attempt += 1
             try:
                 code = self._protocol.end_txn(
-                    node, self.transactional_id, txn.producer_id, txn.epoch, False, version
+                    node,
+                    self.transactional_id,
+                    txn.producer_id,
+                    txn.epoch,
+                    ControlType.ABORT,
+                    version,
                 )
             except ConnectionLostError:
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE

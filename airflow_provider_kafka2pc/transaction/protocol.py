@@ -38,13 +38,15 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from .errors import (
+from ..errors import (
     BrokerUnreachableError,
     ConfigurationError,
-    Kafka2pcError,
+    ConnectionLostError,
     ProtocolError,
     UnsupportedError,
 )
+from .described import CoordinatorTxnState, DescribedTransaction, ListedTransaction
+from .naming import java_prefix_pattern
 from .settings import bootstrap_servers, to_kafka_python
 
 log = logging.getLogger(__name__)
@@ -117,12 +119,8 @@ class ControlType(enum.IntEnum):
     COMMIT = 1
 
 
-class ConnectionLostError(Kafka2pcError):
-    """The broker dropped the connection or did not answer in time (transient)."""
-
-
 @dataclass(frozen=True)
-class LogBatch:
+class RecordBatch:
     """One record batch as stored in a partition's log, header fields only."""
 
     base_offset: int
@@ -141,7 +139,7 @@ class FetchAnswer:
 
     error: int
     high_watermark: int
-    batches: list[LogBatch]
+    batches: list[RecordBatch]
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,7 @@ class TransactionProtocol(Protocol):
         transactional_id: str,
         producer_id: int,
         epoch: int,
-        commit: bool,
+        result: ControlType,
         version: int,
     ) -> int: ...
 
@@ -210,7 +208,7 @@ Row = (
 class NativeTransactionProtocol(TransactionProtocol, Protocol):
     """What the KIP-939 native writer needs on top of the controller's calls."""
 
-    def offers_two_phase_commit(self) -> bool: ...
+    def offers_kip939(self) -> bool: ...
 
     def init_producer_id(
         self,
@@ -246,7 +244,7 @@ class NativeTransactionProtocol(TransactionProtocol, Protocol):
         base_sequence: int | Mapping[int, int] = 0,
     ) -> dict[int, ProduceAnswer]: ...
 
-    def describe_transaction(self, transactional_id: str) -> dict[str, Any] | None: ...
+    def describe_transaction(self, transactional_id: str) -> DescribedTransaction | None: ...
 
 
 class KafkaProtocol:
@@ -361,14 +359,14 @@ class KafkaProtocol:
         transactional_id: str,
         producer_id: int,
         epoch: int,
-        commit: bool,
+        result: ControlType,
         version: int,
     ) -> int:
         request = EndTxnRequest(
             transactional_id=transactional_id,
             producer_id=producer_id,
             producer_epoch=epoch,
-            committed=commit,
+            committed=result is ControlType.COMMIT,
             version=version,
         )
         return self._send(node, request).error_code
@@ -422,7 +420,7 @@ class KafkaProtocol:
             getattr(answer, "ongoing_txn_producer_epoch", -1),
         )
 
-    def offers_two_phase_commit(self) -> bool:
+    def offers_kip939(self) -> bool:
         """True when the broker's ApiVersions offer InitProducerId v6 (KIP-939).
 
         Whether ``transaction.two.phase.commit.enable`` is also on shows only in the
@@ -620,7 +618,7 @@ class KafkaProtocol:
 
     def list_transactions(
         self, prefix: str | None = None, states: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ListedTransaction]:
         """Transactions the coordinators know, optionally those whose id starts with ``prefix``.
 
         The prefix goes to the broker as an id pattern where ListTransactions v2 (Kafka
@@ -630,42 +628,42 @@ class KafkaProtocol:
         version = self._require(ApiKey.LIST_TRANSACTIONS)
         on_broker = prefix is not None and version >= 2
         by_broker = self._admin_client().list_transactions(
-            state_filters=list(states) if states else None,
-            transactional_id_pattern=_java_prefix_pattern(prefix) if on_broker and prefix else None,
+            state_filters=[str(s) for s in states] if states else None,
+            transactional_id_pattern=java_prefix_pattern(prefix) if on_broker and prefix else None,
         )
         rows = [
-            {
-                "broker": broker,
-                "transactional_id": t.transactional_id,
-                "producer_id": t.producer_id,
-                "state": _state_name(t.state),
-                "filtered_by": "broker" if on_broker else ("client" if prefix else None),
-            }
+            ListedTransaction(
+                broker=broker,
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                state=CoordinatorTxnState.parse(t.state),
+                filtered_by="broker" if on_broker else ("client" if prefix else None),
+            )
             for broker, listings in by_broker.items()
             for t in listings
         ]
         if prefix is not None:
-            rows = [r for r in rows if r["transactional_id"].startswith(prefix)]
-        return sorted(rows, key=lambda r: r["transactional_id"])
+            rows = [r for r in rows if r.transactional_id.startswith(prefix)]
+        return sorted(rows, key=lambda r: r.transactional_id)
 
-    def describe_transactions(self, transactional_ids: list[str]) -> list[dict[str, Any]]:
+    def describe_transactions(self, transactional_ids: list[str]) -> list[DescribedTransaction]:
         self._require(ApiKey.DESCRIBE_TRANSACTIONS)
         described = self._admin_client().describe_transactions(transactional_ids)
         return [
-            {
-                "transactional_id": tid,
-                "state": _state_name(d.state),
-                "producer_id": d.producer_id,
-                "producer_epoch": d.producer_epoch,
-                "coordinator": d.coordinator_id,
-                "transaction_timeout_ms": d.transaction_timeout_ms,
-                "transaction_start_time_ms": d.transaction_start_time_ms,
-                "partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in d.topic_partitions),
-            }
+            DescribedTransaction(
+                transactional_id=tid,
+                state=CoordinatorTxnState.parse(d.state),
+                producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                coordinator=d.coordinator_id,
+                transaction_timeout_ms=d.transaction_timeout_ms,
+                transaction_start_time_ms=d.transaction_start_time_ms,
+                partitions=tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in d.topic_partitions)),
+            )
             for tid, d in described.items()
         ]
 
-    def describe_transaction(self, transactional_id: str) -> dict[str, Any] | None:
+    def describe_transaction(self, transactional_id: str) -> DescribedTransaction | None:
         """One id as :meth:`describe_transactions` shows it; None when the coordinator
         does not know it (TRANSACTIONAL_ID_NOT_FOUND)."""
         try:
@@ -721,23 +719,11 @@ def sasl_refusal(kp_config: Mapping[str, Any], timeout_s: float) -> str | None:
     return None
 
 
-def _java_prefix_pattern(prefix: str) -> str:
-    """A Java regex for the broker, which full-matches it: the prefix quoted, then anything."""
-    if "\\E" in prefix:
-        raise ValueError(f"transactional id prefix {prefix!r} contains \\E")
-    return f"\\Q{prefix}\\E.*"
-
-
-def _state_name(state: Any) -> str:
-    """Kafka's own spelling of a transaction state (Ongoing, PrepareCommit, ...)."""
-    return str(getattr(state, "value", state))
-
-
-def _parse_batches(raw: bytes | None, with_keys: bool) -> list[LogBatch]:
+def _parse_batches(raw: bytes | None, with_keys: bool) -> list[RecordBatch]:
     if not raw:
         return []
     records = MemoryRecords(raw)
-    out: list[LogBatch] = []
+    out: list[RecordBatch] = []
     while (batch := records.next_batch()) is not None:
         control = None
         keys: tuple[bytes | None, ...] = ()
@@ -746,7 +732,7 @@ def _parse_batches(raw: bytes | None, with_keys: bool) -> list[LogBatch]:
         elif with_keys:
             keys = tuple(r.key for r in batch)
         out.append(
-            LogBatch(
+            RecordBatch(
                 base_offset=batch.base_offset,
                 last_offset=batch.last_offset,
                 producer_id=batch.producer_id,

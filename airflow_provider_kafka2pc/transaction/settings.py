@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 _SECRET_MARKERS = (
     "password",

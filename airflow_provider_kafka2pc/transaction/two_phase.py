@@ -19,12 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ConfigurationError, ProtocolError
+from ..errors import ConfigurationError, ConnectionLostError, ProtocolError
 from .naming import validate_transactional_id
 from .protocol import (
     INIT_PRODUCER_ID_2PC_VERSION,
     ApiKey,
-    ConnectionLostError,
     ErrorCode,
     InitProducerIdAnswer,
     NativeTransactionProtocol,
@@ -186,7 +185,7 @@ def detect_two_phase(
     if requested == "classic":
         return TwoPhaseMode.CLASSIC
     validate_transactional_id(transactional_id)
-    if not protocol.offers_two_phase_commit():
+    if not protocol.offers_kip939():
         if requested == "native":
             offered = protocol.api_version(ApiKey.INIT_PRODUCER_ID)
             raise ConfigurationError(not_offered_message(offered))

@@ -18,8 +18,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from ..errors import BrokerUnreachableError, ConfigurationError, Kafka2pcError, WriteError
 from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
-from .errors import BrokerUnreachableError, ConfigurationError, Kafka2pcError, WriteError
 from .naming import validate_transactional_id
 from .settings import bootstrap_servers, redact_strictly, scrub
 

@@ -16,13 +16,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..coordination.recovery import RecoveryReport, recover
+from ..errors import BrokerUnreachableError, ConfigurationError, ConnectionLostError
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
-from ..hooks.recovery import RecoveryReport, recover
 from ..ledger import Ledger
+from ..transaction import naming
 from ..transaction.controller import RetryPolicy, TransactionController
-from ..transaction.errors import BrokerUnreachableError, ConfigurationError
-from ..transaction.protocol import ConnectionLostError
 
 #: Errors after which the next round may well succeed (the broker is back).
 TRANSIENT_ERRORS = (BrokerUnreachableError, ConnectionLostError)
@@ -34,16 +34,14 @@ def export_prefixes(ledger: Ledger, export_id: str, id_prefix: str | None) -> li
     """The transactional-id prefixes to search for ``export_id``'s open transactions.
 
     An explicit prefix wins. Otherwise: the prefixes of its in-doubt batches, and the one
-    :func:`~airflow_provider_kafka2pc.export.default_id_prefix` derives from the export id
+    :func:`~airflow_provider_kafka2pc.transaction.naming.default_prefix` derives from the export id
     (what ``kafka_exactly_once_export`` uses unless told otherwise); a prefix the ledger
     never leased an id under is skipped by the round itself.
     """
     if id_prefix:
         return [id_prefix]
-    from ..export import default_id_prefix  # the export module imports this one
-
     seen = [batch.id_prefix for batch in ledger.in_doubt(export_id)]
-    return list(dict.fromkeys([*seen, default_id_prefix(export_id)]))
+    return list(dict.fromkeys([*seen, naming.default_prefix(export_id)]))
 
 
 def recover_export(
@@ -57,7 +55,7 @@ def recover_export(
     dry_run: bool = False,
 ) -> RecoveryReport:
     """One recovery round for ``export_id`` through Airflow connections (see
-    :func:`~airflow_provider_kafka2pc.hooks.recovery.recover`)."""
+    :func:`~airflow_provider_kafka2pc.coordination.recovery.recover`)."""
     kafka = Kafka2pcHook(kafka_conn_id)
     with LedgerHook(ledger_conn_id).get_conn() as ledger:
         prefixes = export_prefixes(ledger, export_id, id_prefix)

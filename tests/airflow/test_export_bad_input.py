@@ -6,13 +6,13 @@ import re
 
 import pytest
 
+from airflow_provider_kafka2pc.errors import ConfigurationError
 from airflow_provider_kafka2pc.export import (
     default_id_prefix,
     export_asset,
     kafka_exactly_once_export,
 )
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
-from airflow_provider_kafka2pc.transaction.errors import ConfigurationError
 from tests.airflow import dagtest
 
 OTHER_EXPORT = "someone.elses_export"

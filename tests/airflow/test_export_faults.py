@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from airflow_provider_kafka2pc.coordination.decision import Assessment
+from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.export import export_asset
-from airflow_provider_kafka2pc.hooks.coordinator import Coordinator
-from airflow_provider_kafka2pc.hooks.verdict import Assessment
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.operators.decision import KafkaTransactionDecisionOperator
 from airflow_provider_kafka2pc.operators.finish import KafkaTransactionCommitOperator

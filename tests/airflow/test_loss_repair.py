@@ -20,13 +20,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from airflow_provider_kafka2pc.coordination.decision import assess, earliest_deadline_ms
+from airflow_provider_kafka2pc.coordination.finish import Coordinator
+from airflow_provider_kafka2pc.errors import ParticipantLostError, RepairImpossibleError
 from airflow_provider_kafka2pc.export import export_asset
-from airflow_provider_kafka2pc.hooks.coordinator import (
-    Coordinator,
-    ParticipantLostError,
-    RepairImpossibleError,
-)
-from airflow_provider_kafka2pc.hooks.verdict import assess, earliest_deadline_ms
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.operators.finish import KafkaTransactionCommitOperator
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
@@ -53,9 +50,7 @@ def wait_aborted_by_broker(settings: dict[str, Any], tids: list[str], timeout_s:
     deadline = time.monotonic() + timeout_s
     with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
         while True:
-            states = {
-                d["transactional_id"]: d["state"] for d in protocol.describe_transactions(tids)
-            }
+            states = {d.transactional_id: d.state for d in protocol.describe_transactions(tids)}
             if all(states.get(t) in ("CompleteAbort", "Empty") for t in tids):
                 return
             assert time.monotonic() < deadline, f"the broker did not abort {tids}: {states}"
@@ -96,7 +91,9 @@ def test_the_guard_refuses_commit_when_the_earliest_participant_would_expire_fir
                 batch, participants, protocol, now_ms=now_ms(), commit_margin_ms=margin_s * 1000
             )
 
-        with caplog.at_level(logging.INFO, logger="airflow_provider_kafka2pc.hooks.verdict"):
+        with caplog.at_level(
+            logging.INFO, logger="airflow_provider_kafka2pc.coordination.decision"
+        ):
             ok = judge(parts, 10)
         assert ok.verdict is Verdict.COMMIT, ok
         assert ok.earliest_deadline_ms == committables[1].expires_at_ms
@@ -117,7 +114,7 @@ def test_the_guard_refuses_commit_when_the_earliest_participant_would_expire_fir
         # participant bounds the commit, and with none left nothing does.
         def as_2pc(p):
             c = dataclasses.replace(
-                p.committable, two_phase_commit=True, transaction_timeout_ms=TWO_PHASE_TIMEOUT_MS
+                p.committable, kip939=True, transaction_timeout_ms=TWO_PHASE_TIMEOUT_MS
             )
             assert c.expires_at_ms is None
             return dataclasses.replace(p, committable=c)

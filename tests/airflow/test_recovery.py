@@ -217,7 +217,7 @@ def sensor_xcom(result, task_id="recover"):
 
 def describe_state(protocol, tid):
     described = protocol.describe_transaction(tid)
-    return None if described is None else described["state"]
+    return None if described is None else described.state
 
 
 def test_poke_finds_open_transactions_the_ledger_forgot(

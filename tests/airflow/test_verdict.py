@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from airflow_provider_kafka2pc.hooks.verdict import assess, not_open
+from airflow_provider_kafka2pc.coordination.decision import assess, not_open
 from airflow_provider_kafka2pc.ledger import Verdict
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import ApiKey

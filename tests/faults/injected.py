@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_provider_kafka2pc.hooks.coordinator import Coordinator
+from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.hooks.export import ExportHook
 from airflow_provider_kafka2pc.hooks.kafka2pc import Kafka2pcHook
 from airflow_provider_kafka2pc.hooks.ledger import LedgerHook
@@ -220,8 +220,8 @@ def _wait_for_timeout_abort(protocol: Any, committable: Any) -> dict[str, Any]:
     deadline = time.monotonic() + committable.transaction_timeout_ms / 1000 + 60
     while time.monotonic() < deadline:
         [state] = protocol.describe_transactions([committable.transactional_id])
-        if state["producer_epoch"] != committable.producer_epoch or state["state"] != "Ongoing":
-            return {"state": state["state"], "epoch": state["producer_epoch"]}
+        if state.producer_epoch != committable.producer_epoch or state.state != "Ongoing":
+            return {"state": state.state.value, "epoch": state.producer_epoch}
         time.sleep(0.5)
     raise TimeoutError(f"{committable.transactional_id} did not time out")
 

@@ -69,7 +69,7 @@ def test_stale_committable_on_a_re_leased_id_neither_commits_nor_loses_the_new_r
     # open under them, with a newer epoch.
     assert paused["ids"] == [c.transactional_id for c in stale]
     before = {
-        d["transactional_id"]: (d["state"], d["producer_id"], d["producer_epoch"])
+        d.transactional_id: (d.state, d.producer_id, d.producer_epoch)
         for d in protocol.describe_transactions(paused["ids"])
     }
     assert {state for state, _, _ in before.values()} == {"Ongoing"}, before
@@ -86,7 +86,7 @@ def test_stale_committable_on_a_re_leased_id_neither_commits_nor_loses_the_new_r
     assert {r["outcome"] for r in aborted} == {"ALREADY_COMMITTED"}, aborted
     # The later run's transactions are untouched: still open, same producer and epoch.
     after = {
-        d["transactional_id"]: (d["state"], d["producer_id"], d["producer_epoch"])
+        d.transactional_id: (d.state, d.producer_id, d.producer_epoch)
         for d in protocol.describe_transactions(paused["ids"])
     }
     assert after == before

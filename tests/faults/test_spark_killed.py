@@ -53,7 +53,7 @@ def test_prepare_job_dying_after_k_of_n_partitions_aborts_them_then_the_rerun_co
     rig.reached("abort", first)
     assert rig.killed_at("spark-driver")["partition"] == 2
     ids = rig.batch(DAY).transactional_ids
-    left = {d["transactional_id"]: d["state"] for d in protocol.describe_transactions(list(ids))}
+    left = {d.transactional_id: d.state for d in protocol.describe_transactions(list(ids))}
     assert left[ids[0]] == left[ids[1]] == "Ongoing", left  # k = 2 of n = 3 prepared
     open_records = audit(protocol, rig.topic).totals["open"]
     assert open_records > 0

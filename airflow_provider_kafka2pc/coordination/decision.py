@@ -8,7 +8,7 @@ is ABORT, with a reason a person can act on.
 The timeout guard reads each committable's ``expires_at_ms``: a KIP-939 2PC transaction
 has none (the coordinator never times it out), so only classic ones bound the commit. A
 COMMIT whose commit then takes longer than the margin anyway finds the participant LOST,
-which loss repair (:mod:`.coordinator`) mends; the guard makes that the exception.
+which loss repair (:mod:`.finish`) mends; the guard makes that the exception.
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ from dataclasses import dataclass
 
 from ..ledger import Batch, BatchState, Participant, ParticipantState, Verdict
 from ..transaction.committable import Committable
-from ..transaction.log import LogReader, transaction_states
+from ..transaction.described import CoordinatorTxnState
+from ..transaction.log import LogReader, marker_views
 from ..transaction.protocol import ApiKey, KafkaProtocol
 
 log = logging.getLogger(__name__)
-
-#: DescribeTransactions' name for a transaction that has records and no end yet.
-ONGOING = "Ongoing"
 
 
 @dataclass(frozen=True)
@@ -159,21 +157,21 @@ def not_open(protocol: KafkaProtocol, committables: Sequence[Committable]) -> di
         except Exception as exc:  # unknown id and kin: the log's markers decide instead
             log.warning("DescribeTransactions failed (%s); reading the markers", exc)
         else:
-            by_id = {d["transactional_id"]: d for d in described}
+            by_id = {d.transactional_id: d for d in described}
             closed = {}
             for c in committables:
                 d = by_id.get(c.transactional_id)
                 if d is None:
                     closed[c.transactional_id] = "unknown to the coordinator"
-                elif d["state"] != ONGOING:
-                    closed[c.transactional_id] = f"coordinator state {d['state']}"
-                elif (d["producer_id"], d["producer_epoch"]) != (c.producer_id, c.producer_epoch):
+                elif d.state is not CoordinatorTxnState.ONGOING:
+                    closed[c.transactional_id] = f"coordinator state {d.state}"
+                elif (d.producer_id, d.producer_epoch) != (c.producer_id, c.producer_epoch):
                     closed[c.transactional_id] = (
-                        f"now pid {d['producer_id']} epoch {d['producer_epoch']}, "
+                        f"now pid {d.producer_id} epoch {d.producer_epoch}, "
                         f"prepared as pid {c.producer_id} epoch {c.producer_epoch}"
                     )
             return closed
-    states = transaction_states(LogReader(protocol), committables)
+    states = marker_views(LogReader(protocol), committables)
     return {
         c.transactional_id: "committed" if s.committed else "aborted" if s.aborted else "ended"
         for c, s in zip(committables, states, strict=True)

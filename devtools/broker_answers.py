@@ -25,32 +25,33 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..transaction.committable import (
+from airflow_provider_kafka2pc.errors import ConnectionLostError, Kafka2pcError, ProtocolError
+from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
     TRANSACTION_VERSION_KIP890,
     Committable,
     PartitionRange,
 )
-from ..transaction.controller import (
+from airflow_provider_kafka2pc.transaction.controller import (
     KIP890_END_TXN_VERSION,
-    Action,
+    EndTxnAction,
     Outcome,
     Resolution,
     RetryPolicy,
     TransactionController,
     classify_end_txn,
 )
-from ..transaction.errors import Kafka2pcError, ProtocolError
-from ..transaction.log import LogReader, transaction_states
-from ..transaction.protocol import (
+from airflow_provider_kafka2pc.transaction.described import DescribedTransaction
+from airflow_provider_kafka2pc.transaction.log import LogReader, marker_views
+from airflow_provider_kafka2pc.transaction.protocol import (
     KIP890_PRODUCE_VERSION,
     ApiKey,
-    ConnectionLostError,
+    ControlType,
     ErrorCode,
     KafkaProtocol,
     error_name,
 )
-from ..transaction.writer import TransactionalWriter
+from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
 RECORDS_PER_TRANSACTION = 12
 #: Long enough never to expire during a row; the timeout row uses its own.
@@ -121,7 +122,7 @@ class Lab:
         )
         return writer.write(self.topic, rows)
 
-    def coordinator_state(self, transactional_id: str) -> dict[str, Any] | None:
+    def coordinator_state(self, transactional_id: str) -> DescribedTransaction | None:
         """DescribeTransactions of one id, or None when the coordinator does not know it."""
         return self.protocol.describe_transaction(transactional_id)
 
@@ -138,11 +139,11 @@ class Lab:
         for c in committables:
             while True:
                 state = self.coordinator_state(c.transactional_id)
-                if state is None or state["state"] in _SETTLED:
+                if state is None or state.state in _SETTLED:
                     states[c.transactional_id] = state or {}
                     break
                 if time.monotonic() > deadline:
-                    raise Kafka2pcError(f"{c.transactional_id}: still {state['state']}")
+                    raise Kafka2pcError(f"{c.transactional_id}: still {state.state}")
                 time.sleep(0.1)
         return states
 
@@ -266,7 +267,7 @@ def _timed_out(lab: Lab, committables: list[Committable]) -> list[Committable]:
     timeout_s = max(c.transaction_timeout_ms for c in committables) / 1000 + 30.0
     deadline = time.monotonic() + timeout_s
     for c in committables:
-        while (state := lab.coordinator_state(c.transactional_id)) and state["state"] != (
+        while (state := lab.coordinator_state(c.transactional_id)) and state.state != (
             "CompleteAbort"
         ):
             if time.monotonic() > deadline:
@@ -303,8 +304,12 @@ class Scenario:
     def request(self) -> str:
         return "commit" if self.commit else "abort"
 
+    @property
+    def result(self) -> ControlType:
+        return ControlType.COMMIT if self.commit else ControlType.ABORT
 
-VERIFY, RESOLVE = Action.VERIFY.name, Action.RESOLVE_FROM_LOG.name
+
+VERIFY, RESOLVE = EndTxnAction.VERIFY.name, EndTxnAction.RESOLVE_FROM_LOG.name
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -399,12 +404,12 @@ class EndTxnRecorder:
         transactional_id: str,
         producer_id: int,
         epoch: int,
-        commit: bool,
+        result: ControlType,
         version: int,
     ) -> int:
         try:
             code = self._protocol.end_txn(
-                node, transactional_id, producer_id, epoch, commit, version
+                node, transactional_id, producer_id, epoch, result, version
             )
         except ConnectionLostError:
             self.answers.append((version, DROPPED))
@@ -453,9 +458,9 @@ def _before(lab: Lab, real: Committable, sent: Committable) -> str:
     state = lab.coordinator_state(real.transactional_id)
     if state is None:
         return "id unknown"
-    epoch = state["producer_epoch"] - real.producer_epoch
-    same_pid = "" if state["producer_id"] == real.producer_id else ", other producer id"
-    return f"{state['state']}, epoch {'+' if epoch >= 0 else ''}{epoch}{same_pid}"
+    epoch = state.producer_epoch - real.producer_epoch
+    same_pid = "" if state.producer_id == real.producer_id else ", other producer id"
+    return f"{state.state}, epoch {'+' if epoch >= 0 else ''}{epoch}{same_pid}"
 
 
 def run_scenario(lab: Lab, sc: Scenario, flavors: Sequence[Flavor] | None = None) -> RowResult:
@@ -477,7 +482,7 @@ def run_scenario(lab: Lab, sc: Scenario, flavors: Sequence[Flavor] | None = None
                 sent_c.transactional_id,
                 sent_c.producer_id,
                 sent_c.producer_epoch,
-                sc.commit,
+                sc.result,
                 KIP890_END_TXN_VERSION,
             )
             result.observations[flavor] = Observation(
@@ -487,7 +492,7 @@ def run_scenario(lab: Lab, sc: Scenario, flavors: Sequence[Flavor] | None = None
         recorder = EndTxnRecorder(lab.protocol)
         controller = lab.controller(recorder)
         try:
-            resolution = controller.commit(sent_c) if sc.commit else controller.abort(sent_c)
+            resolution = controller.finish_all([sent_c], sc.result)[0]
             outcome, detail = resolution.outcome.value, resolution.reason
         except Kafka2pcError as exc:
             outcome, detail = type(exc).__name__, str(exc)
@@ -507,7 +512,7 @@ def run_scenario(lab: Lab, sc: Scenario, flavors: Sequence[Flavor] | None = None
 
 def _finish_leftovers(lab: Lab, committables: Sequence[Committable]) -> None:
     """Abort, with its real id, whatever a row left open (the unknown-id row does)."""
-    states = transaction_states(LogReader(lab.protocol), committables)
+    states = marker_views(LogReader(lab.protocol), committables)
     still_open = [c for c, s in zip(committables, states, strict=True) if None in s.markers]
     if still_open:
         lab.controller().abort_all(still_open)

@@ -10,14 +10,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import CommittableError
 from .committable import Committable
-from .errors import CommittableError
 
 MANIFEST_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
-class PreparedBatch:
+class Manifest:
     """All committables of one run; ``committables[i]`` belongs to Spark partition ``i``."""
 
     run_id: str
@@ -51,7 +51,7 @@ class PreparedBatch:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> PreparedBatch:
+    def from_json(cls, text: str) -> Manifest:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -21,10 +21,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import (
+    Kafka2pcError,
+    NothingPreparedError,
+    ParticipantLostError,
+    RepairImpossibleError,
+    VerdictMismatchError,
+)
 from ..ledger import Batch, BatchState, Ledger, Participant, ParticipantState, Verdict
 from ..transaction.committable import Committable
 from ..transaction.controller import Outcome, Resolution, TransactionController
-from ..transaction.errors import Kafka2pcError
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +41,8 @@ FENCE_TIMEOUT_MS = 60_000
 MAX_REPAIRS = 2
 
 
-class NothingPreparedError(Kafka2pcError):
-    """No batch for this run key: the prepare failed before the ledger was touched."""
-
-
-class VerdictMismatchError(Kafka2pcError):
-    """The recorded verdict is not the one this step finishes (commit vs abort)."""
-
-
 @dataclass(frozen=True)
-class LostPartition:
+class LostParticipant:
     """A participant of a COMMIT verdict that the broker aborted before our commit."""
 
     index: int
@@ -53,7 +51,7 @@ class LostPartition:
     reason: str | None = None
 
     @classmethod
-    def of(cls, participant: Participant) -> LostPartition:
+    def of(cls, participant: Participant) -> LostParticipant:
         return cls(
             participant.index,
             participant.transactional_id,
@@ -63,29 +61,6 @@ class LostPartition:
 
     def __str__(self) -> str:
         return f"partition {self.index} ({self.transactional_id}, {self.records} rows)"
-
-
-class ParticipantLostError(Kafka2pcError):
-    """A participant of a COMMIT verdict was aborted on the broker: its records are missing.
-
-    Retrying the commit cannot bring them back; the participant must be re-prepared
-    (:meth:`Coordinator.repair`). ``lost`` names each lost partition and its rows.
-    """
-
-    def __init__(self, message: str, lost: Iterable[LostPartition] = ()) -> None:
-        super().__init__(message)
-        self.lost = tuple(lost)
-
-
-class RepairImpossibleError(ParticipantLostError):
-    """The lost partitions cannot be recomputed as they were (the source changed or is
-    gone): nothing was written again, the batch stays COMMIT_DECIDED with its LOST
-    participants, and a person must act."""
-
-
-class RepairFailedError(Kafka2pcError):
-    """Re-preparing the lost partitions failed for a reason a retry may mend (the Spark job
-    failed); they stay LOST and the batch COMMIT_DECIDED."""
 
 
 #: Re-prepares lost partitions: (batch, all its participants, the lost ones) -> the new
@@ -110,7 +85,7 @@ class Finished:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     #: Lost partitions this call re-prepared and committed (loss repair).
-    repaired: tuple[LostPartition, ...] = ()
+    repaired: tuple[LostParticipant, ...] = ()
 
 
 class Coordinator:
@@ -169,7 +144,7 @@ class Coordinator:
         ``max_repairs`` rounds.
         """
         started = time.monotonic()
-        repaired: list[LostPartition] = []
+        repaired: list[LostParticipant] = []
         done: list[Resolution] = []  # every round's outcomes, for what this call did
         rounds = 0
         while True:
@@ -221,7 +196,7 @@ class Coordinator:
         )
 
     def _raise_lost(self, batch: Batch, participants: Sequence[Participant]) -> None:
-        lost = [LostPartition.of(p) for p in participants if p.state is ParticipantState.LOST]
+        lost = [LostParticipant.of(p) for p in participants if p.state is ParticipantState.LOST]
         if lost:
             names = "; ".join(f"{lp}: {lp.reason}" for lp in lost)
             raise ParticipantLostError(
@@ -234,7 +209,7 @@ class Coordinator:
 
     # -- loss repair ------------------------------------------------------------
 
-    def repair(self, export_id: str, run_key: str, reprepare: Reprepare) -> list[LostPartition]:
+    def repair(self, export_id: str, run_key: str, reprepare: Reprepare) -> list[LostParticipant]:
         """Re-prepare a COMMIT_DECIDED batch's LOST participants and record them PREPARED.
 
         Each new committable must be the lost partition's own transactional id with the
@@ -252,7 +227,7 @@ class Coordinator:
         lost = [p for p in participants if p.state is ParticipantState.LOST]
         if not lost:
             return []
-        described = [LostPartition.of(p) for p in lost]
+        described = [LostParticipant.of(p) for p in lost]
         names = ", ".join(str(lp) for lp in described)
         log.warning(
             "%s: verdict COMMIT, but %d participants were LOST on the broker (%s): "
@@ -385,7 +360,7 @@ def _mismatches(lost: Sequence[Participant], fresh: Mapping[int, Committable]) -
     return problems
 
 
-def _impossible(batch: Batch, lost: Sequence[LostPartition], why: str) -> str:
+def _impossible(batch: Batch, lost: Sequence[LostParticipant], why: str) -> str:
     rows = sum(lp.records for lp in lost)
     return (
         f"batch {batch.export_id}/{batch.run_key}: verdict COMMIT, but "
@@ -397,7 +372,7 @@ def _impossible(batch: Batch, lost: Sequence[LostPartition], why: str) -> str:
     )
 
 
-def _with_repaired(finished: Finished, repaired: Sequence[LostPartition]) -> Finished:
+def _with_repaired(finished: Finished, repaired: Sequence[LostParticipant]) -> Finished:
     return Finished(
         finished.batch,
         finished.resolutions,

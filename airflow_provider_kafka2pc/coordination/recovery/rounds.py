@@ -1,0 +1,315 @@
+"""One recovery round: discover, plan, then act, and verify on the broker afterwards."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from ...errors import (
+    ConflictError,
+    ConnectionLostError,
+    Kafka2pcError,
+    ParticipantLostError,
+    PrefixOwnedError,
+    TransactionInDoubtError,
+    VerdictMismatchError,
+)
+from ...ledger import Lease, Ledger, ParticipantState, Verdict
+from ...transaction import naming
+from ...transaction.controller import Outcome, TransactionController
+from ...transaction.protocol import KafkaProtocol
+from ..finish import FENCE_TIMEOUT_MS, Coordinator, Finished
+from .discovery import DEFAULT_SETTLE_S, OpenTransaction, discover
+from .report import RecoveryReport
+from .rules import BatchAction, BatchPlan, TransactionAction, TransactionPlan, classify, plan
+
+log = logging.getLogger(__name__)
+
+
+def plans(
+    ledger: Ledger,
+    export_id: str,
+    *,
+    own_run_key: str | None,
+    now: datetime,
+    grace_period: timedelta,
+) -> list[BatchPlan]:
+    """:func:`plan` for every in-doubt batch of ``export_id``, oldest first."""
+    return [
+        plan(
+            batch,
+            ledger.participants(batch.export_id, batch.run_key),
+            own_run_key=own_run_key,
+            now=now,
+            grace_period=grace_period,
+        )
+        for batch in ledger.in_doubt(export_id)
+    ]
+
+
+def check_ownership(ledger: Ledger, export_id: str, id_prefix: str) -> list[Lease]:
+    """The prefix's leases; refuses a prefix whose ids another export holds right now."""
+    leases = ledger.leases(id_prefix)
+    others = sorted({lease.export_id for lease in leases if lease.leased} - {export_id})
+    if others:
+        raise PrefixOwnedError(
+            f"id_prefix {id_prefix!r} is in use by export(s) {others}, not {export_id!r}: "
+            "nothing was touched; recover it as that export"
+        )
+    return leases
+
+
+def recover(
+    ledger: Ledger,
+    protocol: KafkaProtocol,
+    controller: TransactionController,
+    export_id: str,
+    id_prefixes: Sequence[str],
+    *,
+    grace_period: timedelta,
+    own_run_key: str | None = None,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    settle_s: float = DEFAULT_SETTLE_S,
+) -> RecoveryReport:
+    """One recovery round over ``export_id``: its in-doubt batches and its open transactions.
+
+    The broker is read before the ledger: a transaction listed before a lease was taken
+    cannot belong to that lease's run. A ``ParticipantLostError`` (a COMMIT verdict whose
+    participant was aborted on the broker) lands in ``failed`` after everything else was done.
+    """
+    now = now or datetime.now(UTC)
+    id_prefixes = [naming.validate_prefix(p) for p in dict.fromkeys(id_prefixes)]
+    report = RecoveryReport(export_id, list(id_prefixes), dry_run=dry_run)
+    found: list[OpenTransaction] = []
+    searched: list[str] = []
+    for prefix in id_prefixes:
+        if not check_ownership(ledger, export_id, prefix):
+            report.notes.append(
+                f"the ledger has no id under prefix {prefix!r}: no run of this export used "
+                "it, so nothing open under it is this export's; not searched"
+            )
+            continue
+        discovery = discover(protocol, ledger, prefix, settle_s=settle_s)
+        report.discovery[prefix] = discovery.method
+        found.extend(discovery.transactions)
+        searched.append(prefix)
+
+    steps = plans(ledger, export_id, own_run_key=own_run_key, now=now, grace_period=grace_period)
+    holders = {tid: step for step in steps for tid in step.batch.transactional_ids}
+    leases = {lease.transactional_id: lease for p in searched for lease in ledger.leases(p)}
+    txn_plans = [
+        classify(
+            txn,
+            holders.get(txn.transactional_id),
+            leases.get(txn.transactional_id),
+            export_id=export_id,
+            now=now,
+            grace_period=grace_period,
+        )
+        for txn in found
+    ]
+    report.found = [
+        {**tp.txn.to_dict(now), "holder": tp.holder, "action": tp.act.value, "why": tp.why}
+        for tp in txn_plans
+    ]
+    for tp in txn_plans:
+        log.info(
+            "open transaction %s (%s, pid %s, epoch %s) of %s: %s, %s",
+            tp.txn.transactional_id,
+            tp.txn.state,
+            tp.txn.producer_id,
+            tp.txn.producer_epoch,
+            tp.holder or "no batch",
+            tp.act.value,
+            tp.why,
+        )
+    _settle_plans(report, steps, txn_plans)
+    if dry_run:
+        for step in steps:
+            if step.acts:
+                report.planned[step.label] = f"finish {step.verdict.value}: {step.why}"
+        for tp in txn_plans:
+            if tp.act in (
+                TransactionAction.COMMIT,
+                TransactionAction.ABORT,
+                TransactionAction.FENCE,
+            ):
+                report.planned[tp.txn.transactional_id] = f"{tp.act.value}: {tp.why}"
+        return report
+
+    coordinator = Coordinator(ledger, controller)
+    # Strangers first: an id has one open transaction at a time, so a stranger's being open
+    # means the committable's own transaction has ended already; fencing changes nothing
+    # for it, and the batch's commit then reads its true outcome from the log.
+    for tp in txn_plans:
+        if tp.act is TransactionAction.FENCE:
+            _fence_checked(report, protocol, controller, ledger, tp)
+    finished: dict[str, Finished] = {}
+    for step in steps:
+        if step.acts:
+            result = _finish_batch(report, coordinator, step)
+            if result is not None:
+                finished[step.label] = result
+    for tp in txn_plans:
+        tid = tp.txn.transactional_id
+        done = finished.get(tp.holder or "")
+        if tp.act is TransactionAction.ABORT and done is not None and tid not in done.fenced:
+            # Abort + fence: the epoch bump stops a zombie writer from going on.
+            _fence(report, controller, tid, f"after the abort of {tp.holder}")
+    if found:
+        _verify(report, protocol, ledger, searched, txn_plans, settle_s)
+    log.info("recovery of %s: %s", export_id, report.summary())
+    return report
+
+
+def _settle_plans(
+    report: RecoveryReport, steps: Sequence[BatchPlan], txn_plans: Sequence[TransactionPlan]
+) -> None:
+    """Record what is left alone (live or own) before acting."""
+    for step in steps:
+        if step.step is BatchAction.OWN:
+            report.own[step.label] = step.why
+        elif step.step is BatchAction.LIVE:
+            report.leave(step.label, step.why, live=True)
+    for tp in txn_plans:
+        tid = tp.txn.transactional_id
+        if tp.act is TransactionAction.OWN:
+            report.own[tid] = f"{tp.holder}: {tp.why}"
+        elif tp.act is TransactionAction.LEAVE:
+            report.leave(tid, tp.why, live=tp.live)
+
+
+def _fence_checked(
+    report: RecoveryReport,
+    protocol: KafkaProtocol,
+    controller: TransactionController,
+    ledger: Ledger,
+    tp: TransactionPlan,
+) -> None:
+    """Fence ``tp``'s id unless it changed since it was found (a run may have taken it)."""
+    txn = tp.txn
+    tid = txn.transactional_id
+    try:
+        if tp.holder is None:
+            leases = ledger.leases(naming.prefix_of(tid))
+            lease = next((x for x in leases if x.transactional_id == tid), None)
+            if lease is not None and lease.leased:
+                report.leave(tid, f"leased by run {lease.run_key!r} meanwhile", live=True)
+                return
+        if txn.known:
+            row = protocol.describe_transaction(tid)
+            current = OpenTransaction.described(row) if row is not None else None
+            if current is None or not current.state.open:
+                report.ended[tid] = f"ended before this round acted ({_state(current)})"
+                return
+            if current.identity != txn.identity:
+                why = (
+                    f"now pid {current.producer_id} epoch {current.producer_epoch}: "
+                    "changed meanwhile"
+                )
+                report.leave(tid, why, live=True)
+                return
+    except (ConnectionLostError, ConflictError, TransactionInDoubtError) as exc:
+        report.leave(tid, f"could not check before fencing: {exc}")
+        return
+    _fence(report, controller, tid, tp.why)
+
+
+def _fence(report: RecoveryReport, controller: TransactionController, tid: str, why: str) -> None:
+    try:
+        result = controller.fence(tid, FENCE_TIMEOUT_MS)
+    except (ConnectionLostError, TransactionInDoubtError) as exc:
+        report.leave(tid, f"fence failed, retried next round: {exc}")
+        return
+    except Kafka2pcError as exc:
+        report.failed[tid] = f"fence failed: {exc}"
+        return
+    report.fenced[tid] = f"{why}; now pid {result.producer_id} epoch {result.producer_epoch}"
+
+
+def _finish_batch(
+    report: RecoveryReport, coordinator: Coordinator, step: BatchPlan
+) -> Finished | None:
+    """Finish one batch by its verdict; outcomes go into the report per participant."""
+    label = step.label
+    log.info("recovering %s (%s): %s", label, step.batch.state.value, step.why)
+    try:
+        finished = _resolve(coordinator, step)
+    except ParticipantLostError as exc:
+        report.failed[label] = str(exc)
+        _record_outcomes(report, coordinator.ledger, step)
+        return None
+    except VerdictMismatchError as exc:
+        report.failed[label] = str(exc)
+        return None
+    except (TransactionInDoubtError, ConflictError, ConnectionLostError) as exc:
+        log.warning("could not resolve %s yet: %s", label, exc)
+        report.leave(label, str(exc))
+        return None
+    except Kafka2pcError as exc:  # refused by the broker or the ledger: a person looks
+        report.failed[label] = f"{type(exc).__name__}: {exc}"
+        return None
+    report.batches[label] = f"{finished.batch.state.value} ({finished.records} records)"
+    for r in finished.resolutions:
+        line = f"{r.outcome.value}, {r.record_count} records ({label})"
+        if r.outcome.committed:
+            report.committed[r.transactional_id] = line
+        elif r.outcome is Outcome.LOST:
+            report.failed[r.transactional_id] = line
+        else:
+            report.aborted[r.transactional_id] = line
+    for tid in finished.fenced:
+        report.fenced[tid] = f"leased by {label}, no committable: fenced by its abort"
+    return finished
+
+
+def _record_outcomes(report: RecoveryReport, ledger: Ledger, step: BatchPlan) -> None:
+    """After a failed commit: which participants did commit (the others are in ``failed``)."""
+    for p in ledger.participants(step.batch.export_id, step.batch.run_key):
+        if p.state is ParticipantState.COMMITTED:
+            report.committed[p.transactional_id] = f"{p.reason} ({step.label})"
+
+
+def _resolve(coordinator: Coordinator, step: BatchPlan) -> Finished:
+    batch = step.batch
+    if step.step is BatchAction.DECIDE_ABORT:
+        reason = f"recovery: {step.why}"
+        batch = coordinator.ledger.decide(batch.export_id, batch.run_key, Verdict.ABORT, reason)
+    if batch.verdict is Verdict.COMMIT:
+        return coordinator.commit(batch.export_id, batch.run_key)
+    return coordinator.abort(batch.export_id, batch.run_key, f"recovery: {step.why}")
+
+
+def _verify(
+    report: RecoveryReport,
+    protocol: KafkaProtocol,
+    ledger: Ledger,
+    prefixes: Sequence[str],
+    txn_plans: Sequence[TransactionPlan],
+    settle_s: float,
+) -> None:
+    """Ask the broker again: whatever this round acted on must no longer be open."""
+    acted = {
+        tp.txn.transactional_id: tp
+        for tp in txn_plans
+        if tp.act in (TransactionAction.COMMIT, TransactionAction.ABORT, TransactionAction.FENCE)
+    }
+    for prefix in prefixes:
+        for txn in discover(protocol, ledger, prefix, settle_s=settle_s).transactions:
+            tid = txn.transactional_id
+            tp = acted.get(tid)
+            if tp is None or tid in report.left or tid in report.failed:
+                continue
+            if not txn.known:
+                continue  # nothing to compare on such a broker
+            if txn.identity == tp.txn.identity:
+                report.leave(tid, f"still {txn.state} after {tp.act.value}")
+            else:
+                why = f"a new transaction opened during recovery (pid {txn.producer_id})"
+                report.leave(tid, why, live=True)
+
+
+def _state(txn: OpenTransaction | None) -> str:
+    return "unknown to the coordinator" if txn is None else txn.state

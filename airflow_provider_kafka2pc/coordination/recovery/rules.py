@@ -1,0 +1,168 @@
+"""What recovery does, as pure rules: with each in-doubt batch (:func:`plan`) and with each
+open transaction given the batch holding its id (:func:`classify`).
+
+Kept apart from the doing (:mod:`.rounds`) so a dry run reports exactly what a real run
+would do, and so the rules read as tables (``tests/unit/coordination``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ...ledger import Batch, BatchState, Lease, Participant, ParticipantState, Verdict
+from ..decision import earliest_deadline_ms
+from .discovery import OpenTransaction
+
+
+class BatchAction(enum.Enum):
+    LIVE = "live"  # another run is working on it: leave it
+    OWN = "own"  # this run's own batch: its prepare/decide/commit carry it on
+    FINISH = "finish"  # a verdict is recorded: finish it
+    DECIDE_ABORT = "decide_abort"  # no verdict and stale: decide ABORT, then finish
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    batch: Batch
+    step: BatchAction
+    why: str
+    participants: tuple[Participant, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.batch.export_id}/{self.batch.run_key}"
+
+    @property
+    def acts(self) -> bool:
+        return self.step in (BatchAction.FINISH, BatchAction.DECIDE_ABORT)
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verdict this plan finishes the batch by (ABORT for DECIDE_ABORT)."""
+        return Verdict.ABORT if self.step is BatchAction.DECIDE_ABORT else self.batch.verdict
+
+    def participant(self, transactional_id: str) -> Participant | None:
+        return next((p for p in self.participants if p.transactional_id == transactional_id), None)
+
+
+def plan(
+    batch: Batch,
+    participants: Sequence[Participant],
+    *,
+    own_run_key: str | None,
+    now: datetime,
+    grace_period: timedelta,
+) -> BatchPlan:
+    """What recovery does with one in-doubt batch, and why."""
+    parts = tuple(participants)
+    age = now - batch.updated_at
+    if batch.run_key == own_run_key:
+        if batch.state is BatchState.ABORT_DECIDED:
+            why = "this run key's earlier attempt was decided ABORT"
+            return BatchPlan(batch, BatchAction.FINISH, why, parts)
+        return BatchPlan(batch, BatchAction.OWN, "this run's own batch", parts)
+    if batch.verdict is not None:
+        if age >= grace_period:
+            why = f"verdict {batch.verdict.value} unfinished for {_span(age)}"
+            return BatchPlan(batch, BatchAction.FINISH, why, parts)
+        why = f"verdict {batch.verdict.value} {_span(age)} ago; its run finishes it"
+        return BatchPlan(batch, BatchAction.LIVE, why, parts)
+    deadline = earliest_deadline_ms(participants)
+    if deadline is not None and now.timestamp() * 1000 >= deadline:
+        return BatchPlan(
+            batch, BatchAction.DECIDE_ABORT, "its earliest transaction has timed out", parts
+        )
+    if age >= grace_period:
+        why = f"no verdict after {_span(age)} (grace period {_span(grace_period)})"
+        return BatchPlan(batch, BatchAction.DECIDE_ABORT, why, parts)
+    why = f"{batch.state.value} {_span(age)} ago, within the grace period"
+    return BatchPlan(batch, BatchAction.LIVE, why, parts)
+
+
+class TransactionAction(enum.Enum):
+    COMMIT = "commit"  # its batch's COMMIT verdict commits it (stored producer id/epoch)
+    ABORT = "abort"  # its batch is finished ABORT: aborted, then its id fenced
+    FENCE = "fence"  # InitProducerId on its id aborts it
+    LEAVE = "leave"  # a live run's, or not resolvable yet: left for the next round
+    OWN = "own"  # the waiting run's own batch: its tasks carry it on
+
+
+@dataclass(frozen=True)
+class TransactionPlan:
+    txn: OpenTransaction
+    act: TransactionAction
+    why: str
+    #: The batch that holds the id ("export/run key"), None when no ledger record does.
+    holder: str | None = None
+    #: Left because a live run may still finish it (not because something failed).
+    live: bool = False
+
+
+def classify(
+    txn: OpenTransaction,
+    holder: BatchPlan | None,
+    lease: Lease | None,
+    *,
+    export_id: str,
+    now: datetime,
+    grace_period: timedelta,
+) -> TransactionPlan:
+    """What to do with one open transaction, given the batch that holds its id (if any)."""
+    tid = txn.transactional_id
+    if holder is None:
+        if lease is not None and lease.leased:
+            if lease.export_id != export_id:
+                why = f"leased by export {lease.export_id!r}: not this export's"
+                return TransactionPlan(txn, TransactionAction.LEAVE, why)
+            why = f"leased by run {lease.run_key!r}, begun after this round read the ledger"
+            return TransactionPlan(txn, TransactionAction.LEAVE, why, live=True)
+        record = "no batch holds this id" if lease is not None else "no ledger record of this id"
+        age = txn.age(now)
+        if not txn.known:
+            why = f"{record}; the broker cannot say whether it is open: fenced to be sure"
+            return TransactionPlan(txn, TransactionAction.FENCE, why)
+        if age is None or age < grace_period:
+            opened = "at an unknown time" if age is None else f"{_span(age)} ago"
+            why = f"{record}; opened {opened}, within the grace period {_span(grace_period)}"
+            return TransactionPlan(txn, TransactionAction.LEAVE, why, live=True)
+        why = f"{record}; open for {_span(age)} (grace period {_span(grace_period)})"
+        return TransactionPlan(txn, TransactionAction.FENCE, why)
+    label = holder.label
+    if holder.step is BatchAction.OWN:
+        return TransactionPlan(txn, TransactionAction.OWN, holder.why, label)
+    if holder.step is BatchAction.LIVE:
+        return TransactionPlan(txn, TransactionAction.LEAVE, holder.why, label, live=True)
+    if holder.verdict is Verdict.ABORT:
+        return TransactionPlan(txn, TransactionAction.ABORT, f"batch {label}: {holder.why}", label)
+    part = holder.participant(tid)
+    if part is None:
+        why = f"batch {label} has a COMMIT verdict but no committable for {tid}: not ours"
+        return TransactionPlan(txn, TransactionAction.FENCE, why, label)
+    recorded = (part.committable.producer_id, part.committable.producer_epoch)
+    if part.state is not ParticipantState.PREPARED:
+        why = (
+            f"batch {label}: its participant is already {part.state.value}; this later "
+            f"transaction (pid {txn.producer_id}, epoch {txn.producer_epoch}) is not ours"
+        )
+        return TransactionPlan(txn, TransactionAction.FENCE, why, label)
+    if txn.known and txn.identity != recorded:
+        why = (
+            f"batch {label}: open as pid {txn.producer_id} epoch {txn.producer_epoch}, but "
+            f"the recorded committable is pid {recorded[0]} epoch {recorded[1]}: not ours "
+            "to commit"
+        )
+        return TransactionPlan(txn, TransactionAction.FENCE, why, label)
+    return TransactionPlan(txn, TransactionAction.COMMIT, f"batch {label}: {holder.why}", label)
+
+
+def _span(delta: timedelta) -> str:
+    """A duration for people: 42 s, 3 min 5 s, 2 h 10 min."""
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
