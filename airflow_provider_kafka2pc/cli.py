@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import defaults
 from .broker.distribution import DEFAULT_KAFKA_VERSION
 from .errors import CommittableError, ConfigurationError, Kafka2pcError
 from .transaction.audit import audit_topic
@@ -26,7 +27,7 @@ from .transaction.native_writer import NativeWriter
 from .transaction.protocol import ControlType, KafkaProtocol
 from .transaction.settings import is_secret
 from .transaction.two_phase import REQUESTS, TwoPhaseMode, detect_two_phase
-from .transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionalWriter
+from .transaction.writer import TransactionalWriter
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -349,40 +350,63 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kafka2pc", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
+    for add in (
+        _add_broker,
+        _add_topic,
+        _add_prepare,
+        _add_finish,
+        _add_fence,
+        _add_audit,
+        _add_txn,
+        _add_recover,
+    ):
+        add(commands)
+    return parser
 
-    def command(
-        name: str, run: Any, help_text: str, parent: Any = commands, kafka: bool = True
-    ) -> argparse.ArgumentParser:
-        sub = parent.add_parser(name, help=help_text, description=help_text)
-        sub.set_defaults(run=run)
-        if kafka:
-            sub.add_argument("--bootstrap-servers", "-b", help="host:port[,host:port...]")
-            sub.add_argument(
-                "--config",
-                action="append",
-                default=[],
-                metavar="KEY=VALUE",
-                help="librdkafka-style setting (security.protocol, sasl.*, ssl.*)",
-            )
-            sub.add_argument(
-                "--config-file",
-                help="JSON object of librdkafka-style settings "
-                "(keeps secrets off the command line)",
-            )
-            sub.add_argument(
-                "--timeout-ms",
-                type=int,
-                default=30_000,
-                help="bound on connecting and on each request (default 30000)",
-            )
-        return sub
 
-    sub = command(
+def _command(parent: Any, name: str, run: Any, help_text: str) -> argparse.ArgumentParser:
+    """A sub-command that talks to Kafka: it takes the connection options."""
+    sub = _plain_command(parent, name, run, help_text)
+    sub.add_argument("--bootstrap-servers", "-b", help="host:port[,host:port...]")
+    sub.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka-style setting (security.protocol, sasl.*, ssl.*)",
+    )
+    sub.add_argument(
+        "--config-file",
+        help="JSON object of librdkafka-style settings (keeps secrets off the command line)",
+    )
+    sub.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=defaults.REQUEST_TIMEOUT_MS,
+        help="bound on connecting and on each request (default %(default)s)",
+    )
+    return sub
+
+
+def _plain_command(parent: Any, name: str, run: Any, help_text: str) -> argparse.ArgumentParser:
+    sub = parent.add_parser(name, help=help_text, description=help_text)
+    sub.set_defaults(run=run)
+    return sub
+
+
+def _group(commands: Any, name: str, help_text: str) -> Any:
+    return commands.add_parser(name, help=help_text).add_subparsers(
+        required=True, metavar="ACTION", parser_class=_Parser
+    )
+
+
+def _add_broker(commands: Any) -> None:
+    sub = _plain_command(
+        commands,
         "broker",
         _cmd_broker,
         "run one Apache Kafka node (KRaft) on loopback until stopped; "
         "its jars are fetched from Maven Central on first use",
-        kafka=False,
     )
     sub.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
     sub.add_argument(
@@ -396,21 +420,30 @@ def _parser() -> argparse.ArgumentParser:
         "(default: a temporary directory removed at exit)",
     )
 
-    topic = commands.add_parser("topic", help="topic administration").add_subparsers(
-        required=True, metavar="ACTION", parser_class=_Parser
+
+def _add_topic(commands: Any) -> None:
+    sub = _command(
+        _group(commands, "topic", "topic administration"),
+        "create",
+        _cmd_topic_create,
+        "create a topic",
     )
-    sub = command("create", _cmd_topic_create, "create a topic", parent=topic)
     sub.add_argument("--topic", "-t", required=True)
     sub.add_argument("--partitions", type=int, default=1)
 
-    sub = command(
-        "prepare", _cmd_prepare, "write a JSONL file into a new transaction and leave it open"
+
+def _add_prepare(commands: Any) -> None:
+    sub = _command(
+        commands,
+        "prepare",
+        _cmd_prepare,
+        "write a JSONL file into a new transaction and leave it open",
     )
     sub.add_argument("--topic", "-t", required=True)
     sub.add_argument("--transactional-id", required=True)
     sub.add_argument("--input", required=True, help="JSONL file (one JSON object a line) or -")
     sub.add_argument("--key-field", help="use this field's value as the record key")
-    sub.add_argument("--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS)
+    sub.add_argument("--transaction-timeout-ms", type=int, default=defaults.TRANSACTION_TIMEOUT_MS)
     sub.add_argument(
         "--two-phase",
         choices=REQUESTS,
@@ -421,27 +454,37 @@ def _parser() -> argparse.ArgumentParser:
         "broker offers it by default); auto: native where the broker grants it",
     )
 
+
+def _add_finish(commands: Any) -> None:
     for name, run, text in (
         ("commit", lambda a: _finish(a, ControlType.COMMIT), "commit prepared transactions"),
         ("abort", lambda a: _finish(a, ControlType.ABORT), "abort prepared transactions"),
     ):
-        sub = command(name, run, text)
+        sub = _command(commands, name, run, text)
         sub.add_argument(
             "committable", help="committable JSON (object, array, or a prepare manifest), or -"
         )
         sub.add_argument(
             "--deadline-s",
             type=float,
-            default=60.0,
-            help="give up retrying after this long (default 60)",
+            default=defaults.FINISH_DEADLINE_S,
+            help="give up retrying after this long (default %(default)s)",
         )
 
-    sub = command(
-        "fence", _cmd_fence, "re-initialise a transactional id, aborting whatever it left open"
+
+def _add_fence(commands: Any) -> None:
+    sub = _command(
+        commands,
+        "fence",
+        _cmd_fence,
+        "re-initialise a transactional id, aborting whatever it left open",
     )
     sub.add_argument("--transactional-id", required=True)
 
-    sub = command(
+
+def _add_audit(commands: Any) -> None:
+    sub = _command(
+        commands,
         "audit",
         _cmd_audit,
         "count committed/aborted/open records from the log's transaction markers",
@@ -450,10 +493,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--committables", nargs="*", default=[], metavar="FILE")
     sub.add_argument("--duplicates", action="store_true", help="report repeated committed keys")
 
-    txn = commands.add_parser("txn", help="broker-side transaction listing").add_subparsers(
-        required=True, metavar="ACTION", parser_class=_Parser
-    )
-    sub = command("list", _cmd_txn_list, "list transactions (ListTransactions)", parent=txn)
+
+def _add_txn(commands: Any) -> None:
+    txn = _group(commands, "txn", "broker-side transaction listing")
+    sub = _command(txn, "list", _cmd_txn_list, "list transactions (ListTransactions)")
     sub.add_argument(
         "--prefix",
         help="only transactional ids starting with this (a broker-side pattern on Kafka 4.1+)",
@@ -461,10 +504,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--state", action="append", help="only these states (Ongoing, PrepareCommit, ...)"
     )
-    sub = command("describe", _cmd_txn_describe, "describe transactions by id", parent=txn)
+    sub = _command(txn, "describe", _cmd_txn_describe, "describe transactions by id")
     sub.add_argument("--transactional-id", required=True, action="append")
 
-    sub = command(
+
+def _add_recover(commands: Any) -> None:
+    sub = _command(
+        commands,
         "recover",
         _cmd_recover,
         "resolve an export's dangling transactions: in-doubt ledger batches by their "
@@ -486,9 +532,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--grace-period-s",
         type=float,
-        default=3600.0,
+        default=defaults.GRACE_PERIOD.total_seconds(),
         help="a batch unchanged this long, or an open transaction no batch holds, counts as "
-        "abandoned (default 3600; longer than your slowest prepare)",
+        "abandoned (default %(default)s; longer than your slowest prepare)",
     )
     sub.add_argument(
         "--dry-run", action="store_true", help="report what would be done, touch nothing"
@@ -496,10 +542,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--deadline-s",
         type=float,
-        default=60.0,
-        help="give up retrying one commit/abort/fence after this long (default 60)",
+        default=defaults.FINISH_DEADLINE_S,
+        help="give up retrying one commit/abort/fence after this long (default %(default)s)",
     )
-    return parser
 
 
 if __name__ == "__main__":

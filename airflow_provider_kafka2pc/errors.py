@@ -42,10 +42,6 @@ class CommittableError(PermanentError, ValueError):
     """A committable document is malformed; the message names the field."""
 
 
-class ManifestError(CommittableError):
-    """The prepare job's manifest is unusable or does not match the batch it is for."""
-
-
 # -- the broker ------------------------------------------------------------------------------
 
 
@@ -175,7 +171,6 @@ __all__ = [
     "IllegalTransitionError",
     "Kafka2pcError",
     "LedgerError",
-    "ManifestError",
     "NotFoundError",
     "NothingPreparedError",
     "ParticipantLostError",

@@ -21,20 +21,22 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from airflow.providers.apache.kafka.assets.kafka import create_asset
 from airflow.sdk import Asset, BaseOperator, TaskGroup
 
+from . import defaults
 from .errors import ConfigurationError
+from .hooks.kafka2pc import Kafka2pcHook
 from .operators.decision import KafkaTransactionDecisionOperator
 from .operators.finish import KafkaTransactionAbortOperator, KafkaTransactionCommitOperator
 from .operators.prepare import SparkKafkaPrepareOperator
-from .operators.spark_job import check_num_partitions, source_arguments
 from .sensors.dangling import KafkaDanglingTransactionSensor
+from .spark.job import check_num_partitions, source_arguments
 from .transaction import naming
 from .transaction.naming import default_prefix as default_id_prefix
-from .transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 #: The run key: the data interval, stable across retries, clears and backfills.
-DEFAULT_RUN_KEY = "{{ data_interval_start | ts }}/{{ data_interval_end | ts }}"
+DEFAULT_RUN_KEY = defaults.RUN_KEY
 TASK_IDS = ("recover", "prepare", "decide", "commit", "abort")
 _DEFAULT_CLASSES: dict[str, type[BaseOperator]] = {
     "recover": KafkaDanglingTransactionSensor,
@@ -43,37 +45,27 @@ _DEFAULT_CLASSES: dict[str, type[BaseOperator]] = {
     "commit": KafkaTransactionCommitOperator,
     "abort": KafkaTransactionAbortOperator,
 }
-_UNSET = object()
-#: Every option ``**options`` accepts, with its default.
-OPTIONS: dict[str, Any] = {
-    "export_id": None,  # default f"{dag_id}.{group_id}"
-    "run_key": DEFAULT_RUN_KEY,
-    "id_prefix": None,  # default derived from export_id
-    "transaction_timeout_ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
-    "commit_margin_s": 60.0,
-    "value_column": None,
-    "header_columns": (),
-    "spark_conf": None,  # dict of Spark settings for the prepare job
-    "spark_binary": None,  # default: spark-submit on PATH, else pyspark's own
-    "manifest_dir": None,  # default: a temporary local directory
-    "prepare_kwargs": None,  # more SparkSubmitOperator arguments (executor_memory, ...)
-    "grace_period": timedelta(hours=1),  # when another run's batch counts as abandoned
-    "deferrable": False,  # the recover sensor waits in the triggerer
-    "poke_interval": 30.0,
-    "asset": _UNSET,  # default export_asset(topic, kafka_conn_id); None: no asset
-    "default_args": None,  # for the group's tasks (retries, retry_delay, ...)
-    "tooltip": "",
-    "operator_classes": None,  # {task id: subclass} to extend a step
-}
 
 
-def export_asset(topic: str, kafka_conn_id: str = "kafka_default") -> Asset:
+class _FromConnection:
+    """The default of ``asset``: built from the Kafka connection (see :func:`export_asset`)."""
+
+    def __repr__(self) -> str:
+        return "<the topic's asset, from the Kafka connection>"
+
+
+FROM_CONNECTION: Any = _FromConnection()
+
+
+def export_asset(topic: str, kafka_conn_id: str = defaults.KAFKA_CONN_ID) -> Asset:
     """The asset an export to ``topic`` emits events for; schedule downstream DAGs on it.
 
-    Its URI follows the Kafka provider's ``kafka://<server>/<topic>`` scheme with the
-    connection id standing for the cluster, so it is known without opening a connection.
+    Built as the official Kafka provider builds a topic's asset, ``create_asset(server=...,
+    topic=...)``, with the connection's first bootstrap server: ``kafka://<server>/<topic>``,
+    whose host the provider's OpenLineage converter turns into the dataset namespace.
     """
-    return Asset(uri=f"kafka://{kafka_conn_id}/{topic}")
+    server = Kafka2pcHook(kafka_conn_id).bootstrap_server()
+    return create_asset(server=server, topic=topic)
 
 
 def kafka_exactly_once_export(
@@ -83,10 +75,27 @@ def kafka_exactly_once_export(
     topic: str,
     key_column: str | None = None,
     num_partitions: int,
-    kafka_conn_id: str = "kafka_default",
-    spark_conn_id: str = "spark_default",
+    kafka_conn_id: str = defaults.KAFKA_CONN_ID,
+    spark_conn_id: str = defaults.SPARK_CONN_ID,
     ledger_conn_id: str | None = None,
-    **options: Any,
+    export_id: str | None = None,
+    run_key: str = defaults.RUN_KEY,
+    id_prefix: str | None = None,
+    transaction_timeout_ms: int | None = None,
+    commit_margin_s: float | None = None,
+    value_column: str | None = None,
+    header_columns: Sequence[str] = (),
+    spark_conf: Mapping[str, str] | None = None,
+    spark_binary: str | None = None,
+    manifest_dir: str | None = None,
+    prepare_kwargs: Mapping[str, Any] | None = None,
+    grace_period: timedelta | None = None,
+    deferrable: bool = False,
+    poke_interval: float = defaults.RECOVER_POLL_INTERVAL_S,
+    asset: Asset | None = FROM_CONNECTION,
+    default_args: Mapping[str, Any] | None = None,
+    tooltip: str = "",
+    operator_classes: Mapping[str, type[BaseOperator]] | None = None,
 ) -> TaskGroup:
     """A TaskGroup that exports ``source`` to ``topic`` exactly once per run key.
 
@@ -100,45 +109,62 @@ def kafka_exactly_once_export(
     :param kafka_conn_id: the official Kafka provider's ``kafka`` connection.
     :param spark_conn_id: the ``spark`` connection.
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
-    :param options: see :data:`OPTIONS` (export_id, run_key, id_prefix, commit_margin_s,
-        transaction_timeout_ms, spark_conf, grace_period, asset, default_args, ...).
-    :raises TypeError: for an option this function does not know.
+    :param export_id: the export's identity in the ledger; default ``<dag_id>.<group_id>``.
+    :param run_key: what one run exports; default the data interval (templated).
+    :param id_prefix: transactional ids are ``<id_prefix>-<slot>``; default derived from
+        the export id (:func:`~airflow_provider_kafka2pc.transaction.naming.default_prefix`).
+    :param transaction_timeout_ms: how long the prepared transactions may stay open; None:
+        ``[kafka2pc] transaction_timeout_ms`` (900000 unless configured).
+    :param commit_margin_s: time the commit needs before the earliest transaction timeout;
+        None: ``[kafka2pc] commit_margin_s`` (60 unless configured).
+    :param value_column: string/binary column sent as the value; default the row as JSON.
+    :param header_columns: string/binary columns sent as headers.
+    :param spark_conf: Spark settings for the prepare job.
+    :param spark_binary: the spark-submit to run; default the connection's, else
+        ``spark-submit`` on PATH, else pyspark's own.
+    :param manifest_dir: where the prepare job writes its manifest (a URI the driver and
+        the worker both reach); default a temporary local directory.
+    :param prepare_kwargs: more :class:`SparkSubmitOperator` arguments (executor_memory, ...).
+    :param grace_period: when another run's batch counts as abandoned; None:
+        ``[kafka2pc] grace_period_s`` (1 h unless configured).
+    :param deferrable: the recover sensor waits in the triggerer.
+    :param poke_interval: seconds between the recover sensor's rounds.
+    :param asset: the asset the commit task emits; default the topic's asset built from the
+        Kafka connection (:func:`export_asset`); None for no asset.
+    :param default_args: for the group's tasks (retries, retry_delay, ...).
+    :param tooltip: the group's tooltip in the UI.
+    :param operator_classes: ``{task id: subclass}`` to extend a step.
     :raises ConfigurationError: for a malformed source, prefix or partition count.
     """
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(f"unknown option(s) {unknown}; known: {sorted(OPTIONS)}")
-    opts = {**OPTIONS, **options}
     check_num_partitions(num_partitions)
     if not any("{{" in str(v) for v in dict(source).values()):
         source_arguments(source)
-    classes = {**_DEFAULT_CLASSES, **(opts["operator_classes"] or {})}
+    classes = {**_DEFAULT_CLASSES, **(operator_classes or {})}
     if set(classes) - set(TASK_IDS):
         raise TypeError(f"operator_classes keys must be among {TASK_IDS}")
 
-    with TaskGroup(
-        group_id, tooltip=opts["tooltip"], default_args=dict(opts["default_args"] or {})
-    ) as group:
+    with TaskGroup(group_id, tooltip=tooltip, default_args=dict(default_args or {})) as group:
         if group.dag is None:
             raise ConfigurationError(
                 "kafka_exactly_once_export must be called inside a `with DAG(...)` block"
             )
-        export_id = opts["export_id"] or f"{group.dag.dag_id}.{group.group_id}"
-        id_prefix = opts["id_prefix"] or default_id_prefix(export_id)
+        export_id = export_id or f"{group.dag.dag_id}.{group.group_id}"
+        id_prefix = id_prefix or default_id_prefix(export_id)
         naming.check_slots(id_prefix, num_partitions)
-        asset = export_asset(topic, kafka_conn_id) if opts["asset"] is _UNSET else opts["asset"]
+        if asset is FROM_CONNECTION:
+            asset = export_asset(topic, kafka_conn_id)
         common = {
             "export_id": export_id,
-            "run_key": opts["run_key"],
+            "run_key": run_key,
             "kafka_conn_id": kafka_conn_id,
             "ledger_conn_id": ledger_conn_id,
         }
         recover = classes["recover"](
             task_id="recover",
             id_prefix=id_prefix,
-            grace_period=opts["grace_period"],
-            deferrable=opts["deferrable"],
-            poke_interval=opts["poke_interval"],
+            grace_period=grace_period,
+            deferrable=deferrable,
+            poke_interval=poke_interval,
             **common,
         )
         prepare = classes["prepare"](
@@ -147,15 +173,15 @@ def kafka_exactly_once_export(
             topic=topic,
             num_partitions=num_partitions,
             key_column=key_column,
-            value_column=opts["value_column"],
-            header_columns=list(opts["header_columns"]),
+            value_column=value_column,
+            header_columns=list(header_columns),
             id_prefix=id_prefix,
             spark_conn_id=spark_conn_id,
-            transaction_timeout_ms=opts["transaction_timeout_ms"],
-            manifest_dir=opts["manifest_dir"],
-            conf=dict(opts["spark_conf"] or {}),
-            spark_binary=opts["spark_binary"],
-            **(opts["prepare_kwargs"] or {}),
+            transaction_timeout_ms=transaction_timeout_ms,
+            manifest_dir=manifest_dir,
+            conf=dict(spark_conf or {}),
+            spark_binary=spark_binary,
+            **dict(prepare_kwargs or {}),
             **common,
         )
         commit = classes["commit"](
@@ -167,7 +193,7 @@ def kafka_exactly_once_export(
             task_id="decide",
             commit_task_id=commit.task_id,
             abort_task_id=abort.task_id,
-            commit_margin_s=opts["commit_margin_s"],
+            commit_margin_s=commit_margin_s,
             **common,
         )
         recover >> prepare >> decide >> [commit, abort]
@@ -176,7 +202,6 @@ def kafka_exactly_once_export(
 
 __all__: Sequence[str] = (
     "DEFAULT_RUN_KEY",
-    "OPTIONS",
     "default_id_prefix",
     "export_asset",
     "kafka_exactly_once_export",

@@ -2,14 +2,15 @@
 
 No connection type of our own: Kafka settings come from the official Kafka provider's
 ``kafka`` connection, Spark's from the ``spark`` connection, the ledger's from a
-``postgres`` or ``sqlite`` one.
+``postgres`` or ``sqlite`` one. The ``kafka2pc`` config section holds the deployment
+knobs (read by :mod:`.utils.config`; defaults from :mod:`.defaults`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import __version__
+from . import __version__, defaults
 
 INTEGRATION = "Kafka two-phase commit"
 
@@ -59,4 +60,37 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_kafka2pc.triggers.dangling"],
             }
         ],
+        "config": {
+            "kafka2pc": {
+                "description": "Deployment defaults of exactly-once Kafka exports; an argument "
+                "given to an export or operator wins.",
+                "options": {
+                    "grace_period_s": {
+                        "description": "Seconds a batch may stay unchanged, or a transaction "
+                        "without a ledger record stay open, before recovery treats it as "
+                        "abandoned. Longer than the slowest prepare.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "7200",
+                        "default": str(defaults.GRACE_PERIOD.total_seconds()),
+                    },
+                    "commit_margin_s": {
+                        "description": "Seconds the commit needs before the earliest "
+                        "transaction timeout; less left at the decision means ABORT.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "120",
+                        "default": str(defaults.COMMIT_MARGIN_S),
+                    },
+                    "transaction_timeout_ms": {
+                        "description": "How long a prepared transaction may stay open; at "
+                        "most the brokers' transaction.max.timeout.ms.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "600000",
+                        "default": str(defaults.TRANSACTION_TIMEOUT_MS),
+                    },
+                },
+            }
+        },
     }

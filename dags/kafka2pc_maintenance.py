@@ -47,6 +47,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG
 
+from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.sensors.dangling import KafkaDanglingTransactionSensor
 
 DAG_ID = "kafka2pc_maintenance"
@@ -89,6 +90,10 @@ def exports_from_env() -> list[dict[str, Any]]:
     return exports
 
 
+def grace_period(seconds: object) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=float(str(seconds)))
+
+
 def task_id_for(export_id: str) -> str:
     return "recover__" + re.sub(r"[^A-Za-z0-9_]+", "_", export_id).strip("_")
 
@@ -110,9 +115,10 @@ with DAG(
             task_id=task_id_for(export["export_id"]),
             export_id=export["export_id"],
             id_prefix=export.get("id_prefix"),
-            kafka_conn_id=export.get("kafka_conn_id", "kafka_default"),
+            kafka_conn_id=export.get("kafka_conn_id", defaults.KAFKA_CONN_ID),
             ledger_conn_id=export.get("ledger_conn_id"),
-            grace_period=timedelta(seconds=float(export.get("grace_period_s", 3600))),
+            # None: the [kafka2pc] grace_period_s setting.
+            grace_period=grace_period(export.get("grace_period_s")),
             wait_for_live=True,
             deferrable=True,
             poke_interval=float(export.get("poke_interval_s", 60)),

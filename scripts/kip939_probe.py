@@ -30,11 +30,6 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.producer.transaction import InitProducerIdRequest
 
 from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
-from airflow_provider_kafka2pc.broker.answers import (
-    Lab,
-    coordinator_of,
-    write_protocol_transaction,
-)
 from airflow_provider_kafka2pc.errors import ConnectionLostError
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
@@ -47,6 +42,11 @@ from airflow_provider_kafka2pc.transaction.protocol import (
     error_name,
 )
 from airflow_provider_kafka2pc.transaction.visible import read_committed
+from devtools.broker_answers import (
+    Lab,
+    coordinator_of,
+    write_protocol_transaction,
+)
 
 MAX_TIMEOUT_MS = 5_000
 SHORT_TIMEOUT_MS = 3_000

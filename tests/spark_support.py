@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pyspark
 
+from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.broker.node import free_port
-from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF
+from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF
 
 SPARK_CLASS = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 
 #: Python workers must run our venv's interpreter, or they miss our package.
 PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-QUIET_CONF = DEFAULT_CONF
+QUIET_CONF = defaults.spark_conf(LOCAL_CONF)
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 90) -> None:

@@ -83,7 +83,7 @@ def test_coordinator_aborts_a_timed_out_transaction_and_our_commit_is_lost(
     waited_ms = time.time() * 1000 - committable.start_time_ms
     assert waited_ms >= TIMEOUT_MS, (waited_ms, ended)
     # The abort bumped the epoch: nobody can commit the old one any more.
-    assert ended["producer_epoch"] > committable.producer_epoch, ended
+    assert ended.producer_epoch > committable.producer_epoch, ended
 
     result = TransactionController(protocol).commit(committable)
     assert result.outcome is Outcome.LOST, result

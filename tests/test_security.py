@@ -36,7 +36,8 @@ from airflow_provider_kafka2pc.errors import (
     Kafka2pcError,
 )
 from airflow_provider_kafka2pc.spark.app import kafka_config, parse_args
-from airflow_provider_kafka2pc.spark.submit import private_config_file, submit_prepare
+from airflow_provider_kafka2pc.spark.job import private_config_file
+from airflow_provider_kafka2pc.spark.submit import submit_prepare
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest

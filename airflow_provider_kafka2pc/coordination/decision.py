@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..ledger import Batch, BatchState, Participant, ParticipantState, Verdict
+from ..ledger.store import earliest_deadline_ms
 from ..transaction.committable import Committable
 from ..transaction.described import CoordinatorTxnState
 from ..transaction.log import LogReader, marker_views
@@ -35,20 +36,6 @@ class Assessment:
     earliest_deadline_ms: int | None = None
     #: Seconds from the judgement to that timeout (None as above).
     seconds_left: float | None = None
-
-
-def earliest_deadline_ms(participants: Sequence[Participant]) -> int | None:
-    """When the first participant's transaction times out on the broker (epoch ms).
-
-    None when none can: no transaction was opened, or each is a 2PC one
-    (:attr:`Committable.expires_at_ms` is None: there is no deadline to guard).
-    """
-    deadlines = [
-        expires
-        for p in participants
-        if not p.committable.is_empty and (expires := p.committable.expires_at_ms) is not None
-    ]
-    return min(deadlines) if deadlines else None
 
 
 def assess(
@@ -86,7 +73,7 @@ def assess(
     live = [p.committable for p in participants if not p.committable.is_empty]
     if not live:
         return Assessment(Verdict.COMMIT, "the source was empty: nothing to commit")
-    label = f"{batch.export_id}/{batch.run_key}"
+    label = batch.key
     deadline = earliest_deadline_ms(participants)
     left_s: float | None = None
     if deadline is None:

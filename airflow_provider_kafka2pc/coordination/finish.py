@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .. import defaults
 from ..errors import (
     Kafka2pcError,
     NothingPreparedError,
@@ -28,17 +29,11 @@ from ..errors import (
     RepairImpossibleError,
     VerdictMismatchError,
 )
-from ..ledger import Batch, BatchState, Ledger, Participant, ParticipantState, Verdict
+from ..ledger import Batch, BatchKey, BatchState, Ledger, Participant, ParticipantState, Verdict
 from ..transaction.committable import Committable
 from ..transaction.controller import Outcome, Resolution, TransactionController
 
 log = logging.getLogger(__name__)
-
-#: Timeout InitProducerId registers for a fenced id (it opens no transaction).
-FENCE_TIMEOUT_MS = 60_000
-#: Repair rounds one commit call may run (a repaired participant can be lost again when
-#: the commit is delayed past its timeout once more).
-MAX_REPAIRS = 2
 
 
 @dataclass(frozen=True)
@@ -103,8 +98,8 @@ class Coordinator:
         batch = self.ledger.get(export_id, run_key)
         if batch is None:
             raise NothingPreparedError(
-                f"no batch {export_id}/{run_key} in the ledger: the prepare failed before it "
-                "leased any id, so nothing was written"
+                f"no batch {BatchKey(export_id, run_key)} in the ledger: the prepare failed "
+                "before it leased any id, so nothing was written"
             )
         return batch
 
@@ -135,7 +130,7 @@ class Coordinator:
         run_key: str,
         reprepare: Reprepare | None = None,
         *,
-        max_repairs: int = MAX_REPAIRS,
+        max_repairs: int = defaults.MAX_REPAIRS,
     ) -> Finished:
         """Finish a COMMIT verdict: every participant committed, then the batch COMMITTED.
 
@@ -166,8 +161,8 @@ class Coordinator:
         batch = self.batch(export_id, run_key)
         if batch.verdict is not Verdict.COMMIT:
             raise VerdictMismatchError(
-                f"batch {export_id}/{run_key} has verdict {_verdict(batch)}; only a COMMIT "
-                "verdict is committed"
+                f"batch {batch.key} has verdict {_verdict(batch)}; only a COMMIT verdict is "
+                "committed"
             )
         if batch.state is BatchState.COMMITTED:
             return Finished(
@@ -200,7 +195,7 @@ class Coordinator:
         if lost:
             names = "; ".join(f"{lp}: {lp.reason}" for lp in lost)
             raise ParticipantLostError(
-                f"batch {batch.export_id}/{batch.run_key} has verdict COMMIT but lost "
+                f"batch {batch.key} has verdict COMMIT but lost "
                 f"participants, aborted on the broker before the commit: {names}. Their "
                 f"{sum(lp.records for lp in lost)} rows are NOT in the topic; the others are "
                 "committed. Re-prepare the lost partitions (loss repair) to complete the batch.",
@@ -217,7 +212,7 @@ class Coordinator:
         aborted) with :class:`RepairImpossibleError`. Commits nothing itself.
         """
         batch = self.batch(export_id, run_key)
-        label = f"{export_id}/{run_key}"
+        label = BatchKey(export_id, run_key)
         if batch.verdict is not Verdict.COMMIT or batch.state is not BatchState.COMMIT_DECIDED:
             raise VerdictMismatchError(
                 f"batch {label} is {batch.state.value} with verdict {_verdict(batch)}; loss "
@@ -287,7 +282,7 @@ class Coordinator:
             batch = self.ledger.decide(export_id, run_key, Verdict.ABORT, reason)
         if batch.verdict is not Verdict.ABORT:
             raise VerdictMismatchError(
-                f"batch {export_id}/{run_key} has verdict {_verdict(batch)}; not aborting it"
+                f"batch {batch.key} has verdict {_verdict(batch)}; not aborting it"
             )
         if batch.state is BatchState.ABORTED:
             return Finished(batch, notes=["already aborted"])
@@ -297,7 +292,7 @@ class Coordinator:
         for r in resolutions:
             if not r.outcome.aborted:
                 raise VerdictMismatchError(
-                    f"{r.transactional_id} of {export_id}/{run_key} was found {r.outcome.value} "
+                    f"{r.transactional_id} of {batch.key} was found {r.outcome.value} "
                     f"although the verdict is ABORT: {r.reason}"
                 )
             self.ledger.record_outcome(
@@ -306,7 +301,7 @@ class Coordinator:
         known = {p.transactional_id for p in participants}
         fenced = tuple(t for t in batch.transactional_ids if t not in known)
         for tid in fenced:
-            self.controller.fence(tid, FENCE_TIMEOUT_MS)
+            self.controller.fence(tid, defaults.FENCE_TIMEOUT_MS)
         if fenced:
             log.info("fenced %d leased ids without committables: %s", len(fenced), list(fenced))
         batch = self.ledger.finish(export_id, run_key)
@@ -322,7 +317,7 @@ class Coordinator:
     def fence(self, transactional_ids: Sequence[str]) -> None:
         """Abort whatever these ids left open (their producer ids/epochs are unknown)."""
         for tid in transactional_ids:
-            self.controller.fence(tid, FENCE_TIMEOUT_MS)
+            self.controller.fence(tid, defaults.FENCE_TIMEOUT_MS)
 
 
 def _time_left(participants: Sequence[Participant]) -> str:
@@ -363,7 +358,7 @@ def _mismatches(lost: Sequence[Participant], fresh: Mapping[int, Committable]) -
 def _impossible(batch: Batch, lost: Sequence[LostParticipant], why: str) -> str:
     rows = sum(lp.records for lp in lost)
     return (
-        f"batch {batch.export_id}/{batch.run_key}: verdict COMMIT, but "
+        f"batch {batch.key}: verdict COMMIT, but "
         f"{', '.join(str(lp) for lp in lost)} were LOST on the broker and cannot be "
         f"re-prepared: {why}. Their {rows} rows are NOT in the topic; nothing was written "
         "twice. The batch stays COMMIT_DECIDED with these participants LOST: restore the "

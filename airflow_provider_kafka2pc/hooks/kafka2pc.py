@@ -8,9 +8,6 @@ private file, to the Spark prepare job. Settings are never logged: :func:`redact
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,14 +15,13 @@ from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
+from .. import compat, defaults
 from ..errors import ConfigurationError, ProtocolError
+from ..spark.job import private_config_file
 from ..transaction.controller import RetryPolicy, TransactionController
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.settings import redact
-from .connections import require_connection
-
-#: Bound on connecting and on each control-plane request.
-DEFAULT_TIMEOUT_MS = 30_000
+from ..utils.connections import require_connection
 
 
 class Kafka2pcHook(KafkaBaseHook):
@@ -39,8 +35,8 @@ class Kafka2pcHook(KafkaBaseHook):
 
     def __init__(
         self,
-        kafka_config_id: str = KafkaBaseHook.default_conn_name,
-        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        kafka_config_id: str = defaults.KAFKA_CONN_ID,
+        timeout_ms: int = defaults.REQUEST_TIMEOUT_MS,
     ) -> None:
         super().__init__(kafka_config_id=kafka_config_id)
         self.timeout_ms = timeout_ms
@@ -49,7 +45,7 @@ class Kafka2pcHook(KafkaBaseHook):
         """librdkafka settings of the connection (callbacks resolved as the official hook does)."""
         require_connection("Kafka", self.kafka_config_id)
         try:
-            return self._build_config()
+            return compat.kafka_client_config(self)
         except ValueError as exc:  # the official hook's "bootstrap.servers must be provided"
             raise ConfigurationError(
                 f"Kafka connection {self.kafka_config_id!r}: {exc}; its extra must be a JSON "
@@ -67,6 +63,12 @@ class Kafka2pcHook(KafkaBaseHook):
             )
         return config
 
+    def bootstrap_server(self) -> str:
+        """The first of the connection's bootstrap servers: what names the cluster in the
+        topic's asset URI (``kafka://<server>/<topic>``), as the official provider builds it."""
+        servers = str(self.settings().get("bootstrap.servers", ""))
+        return servers.split(",")[0].strip()
+
     def describe(self) -> dict[str, Any]:
         """The settings with secrets replaced by ``***``: the only form fit for a log line."""
         return redact({k: v for k, v in self.settings().items() if not callable(v)})
@@ -77,10 +79,18 @@ class Kafka2pcHook(KafkaBaseHook):
             yield protocol
 
     @contextmanager
-    def controller(self, deadline_s: float = 120.0) -> Iterator[TransactionController]:
-        """A controller that finishes transactions by EndTxn from their committables."""
-        with self.protocol() as protocol:
+    def controller(
+        self,
+        protocol: KafkaProtocol | None = None,
+        deadline_s: float = defaults.FINISH_DEADLINE_S,
+    ) -> Iterator[TransactionController]:
+        """A controller that finishes transactions by EndTxn from their committables, on
+        ``protocol`` when given (else a connection of its own)."""
+        if protocol is not None:
             yield TransactionController(protocol, RetryPolicy(deadline_s=deadline_s))
+            return
+        with self.protocol() as own:
+            yield TransactionController(own, RetryPolicy(deadline_s=deadline_s))
 
     def check_topic(self, topic: str) -> int:
         """Number of partitions of ``topic``; a clear error when it does not exist."""
@@ -95,17 +105,7 @@ class Kafka2pcHook(KafkaBaseHook):
 
     @contextmanager
     def config_file(self) -> Iterator[Path]:
-        """The settings in a file only this user can read, removed afterwards.
-
-        It is how the Spark job gets secrets without them appearing on a command line.
-        """
-        directory = Path(tempfile.mkdtemp(prefix="kafka2pc-conf-"))  # mode 0700
-        path = directory / "kafka.json"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                json.dump(self.portable_settings(), handle)
+        """The settings in a file only this user can read, removed afterwards: how the
+        Spark job gets secrets without them appearing on a command line."""
+        with private_config_file(self.portable_settings()) as path:
             yield path
-        finally:
-            path.unlink(missing_ok=True)
-            directory.rmdir()

@@ -14,7 +14,7 @@ from sqlalchemy.engine import URL, make_url
 
 from ..errors import ConfigurationError
 from ..ledger import Ledger
-from .connections import require_connection
+from ..utils.connections import require_connection
 
 _POSTGRES_TYPES = ("postgres", "postgresql")
 #: libpq parameters a PostgreSQL connection's extra may carry into the URL.

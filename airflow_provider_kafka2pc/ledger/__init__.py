@@ -11,6 +11,7 @@ from ..errors import (
     NotFoundError,
     PrefixOwnedError,
 )
+from .key import BatchKey
 from .states import (
     BATCH_TRANSITIONS,
     PARTICIPANT_TRANSITIONS,
@@ -24,6 +25,7 @@ __all__ = [
     "BATCH_TRANSITIONS",
     "PARTICIPANT_TRANSITIONS",
     "Batch",
+    "BatchKey",
     "BatchState",
     "ConflictError",
     "IllegalTransitionError",

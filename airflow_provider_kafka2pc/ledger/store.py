@@ -28,6 +28,7 @@ from ..errors import (
 from ..transaction import naming
 from ..transaction.committable import Committable
 from . import database, pool
+from .key import BatchKey
 from .schema import batches, leases, now, participants
 from .states import (
     BATCH_TRANSITIONS,
@@ -61,6 +62,20 @@ class Batch:
     decided_at: datetime | None
     finished_at: datetime | None
 
+    @property
+    def key(self) -> BatchKey:
+        return BatchKey(self.export_id, self.run_key)
+
+    def summary(self) -> dict[str, Any]:
+        """Who and where the batch is, for XCom and reports (never settings)."""
+        return {
+            "export_id": self.export_id,
+            "run_key": self.run_key,
+            "attempt": self.attempt,
+            "state": self.state.value,
+            "topic": self.topic,
+        }
+
 
 @dataclass(frozen=True)
 class Participant:
@@ -85,6 +100,20 @@ class Lease:
     run_key: str | None
     leased: bool
     leased_at: datetime | None
+
+
+def earliest_deadline_ms(participants: Sequence[Participant]) -> int | None:
+    """When the first participant's transaction times out on the broker (epoch ms).
+
+    None when none can: no transaction was opened, or each is a KIP-939 one
+    (:attr:`Committable.expires_at_ms` is None: there is no deadline to guard).
+    """
+    deadlines = [
+        expires
+        for p in participants
+        if not p.committable.is_empty and (expires := p.committable.expires_at_ms) is not None
+    ]
+    return min(deadlines) if deadlines else None
 
 
 class Ledger:
@@ -121,8 +150,8 @@ class Ledger:
         (a retried prepare re-uses its ids); decided or COMMITTED ones come back unchanged
         for the caller to act on. One transaction: on any error nothing is written.
         """
-        label = _label(export_id, run_key)
-        _check_name(topic, "topic", 249)
+        label = _key(export_id, run_key)
+        _check_name(topic, "topic", _length(batches.c.topic))
         naming.validate_prefix(id_prefix)
         if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
             raise ConfigurationError(f"num_partitions must be an integer, got {num_partitions!r}")
@@ -134,32 +163,11 @@ class Ledger:
                 pool.claim_prefix(conn, export_id, id_prefix)
                 row = _batch_row(conn, export_id, run_key)
                 if row is None:
-                    ids = pool.lease(conn, export_id, run_key, id_prefix, num_partitions)
-                    when = now()
-                    conn.execute(
-                        insert(batches).values(
-                            export_id=export_id,
-                            run_key=run_key,
-                            attempt=1,
-                            state=BatchState.PREPARING.value,
-                            transactional_ids=json.dumps(ids),
-                            created_at=when,
-                            updated_at=when,
-                            **spec,
-                        )
-                    )
-                    log.info("ledger: batch %s begun with ids %s", label, ids)
+                    _begin_new(conn, export_id, run_key, spec)
                 elif row.state == BatchState.ABORTED:
-                    ids = pool.lease(conn, export_id, run_key, id_prefix, num_partitions)
-                    values = {**spec, "transactional_ids": json.dumps(ids)}
-                    _move(conn, _ref(row), BatchState.PREPARING, "new attempt", **values)
+                    _begin_new_attempt(conn, row, spec)
                 elif row.state in (BatchState.PREPARING, BatchState.PREPARED):
-                    was = {key: getattr(row, key) for key in spec}
-                    if was != spec:
-                        raise ConfigurationError(
-                            f"batch {label} is {row.state} with {was}, not {spec}; "
-                            "finish or abort it before changing its topic, prefix or partitions"
-                        )
+                    _check_same_spec(label, row, spec)
                 return _to_batch(_batch_row(conn, export_id, run_key))
         except IntegrityError as exc:
             raise ConflictError(f"batch {label}: begun concurrently elsewhere; retry") from exc
@@ -177,7 +185,7 @@ class Ledger:
         A PREPARED batch is re-prepared (-> PREPARING -> PREPARED, participants replaced):
         its prepare ran again before any verdict.
         """
-        label = _label(export_id, run_key)
+        label = _key(export_id, run_key)
         if isinstance(source_rows, bool) or not isinstance(source_rows, int) or source_rows < 0:
             raise ConfigurationError(f"source_rows must be an integer >= 0, got {source_rows!r}")
         committables = tuple(committables)
@@ -210,7 +218,7 @@ class Ledger:
 
         COMMIT needs PREPARED; ABORT is also allowed from PREPARING.
         """
-        label = _label(export_id, run_key)
+        label = _key(export_id, run_key)
         verdict = Verdict(verdict)
         _check_reason(reason)
         with database.writing(self._engine) as conn:
@@ -232,7 +240,7 @@ class Ledger:
         COMMIT needs every participant COMMITTED; ABORT needs each ABORTED or LOST (gone on
         the broker: nothing left to abort). A final batch comes back unchanged (a retry).
         """
-        label = _label(export_id, run_key)
+        label = _key(export_id, run_key)
         with database.writing(self._engine) as conn:
             row = _require(conn, export_id, run_key)
             ref = _ref(row)
@@ -270,7 +278,7 @@ class Ledger:
         COMMITTED needs the batch's COMMIT verdict and ABORTED its ABORT verdict: the
         ledger never records an outcome that contradicts the decision.
         """
-        label = _label(export_id, run_key)
+        label = _key(export_id, run_key)
         state = ParticipantState(state)
         _check_reason(reason)
         with database.writing(self._engine) as conn:
@@ -293,7 +301,7 @@ class Ledger:
         self, export_id: str, run_key: str, committable: Committable
     ) -> Participant:
         """LOST -> PREPARED with a re-prepared committable (loss repair); a repeat is a no-op."""
-        label = _label(export_id, run_key)
+        label = _key(export_id, run_key)
         tid = committable.transactional_id
         with database.writing(self._engine) as conn:
             row = _require(conn, export_id, run_key)
@@ -380,7 +388,9 @@ class _Ref(NamedTuple):
 
 
 def _ref(row: Any) -> _Ref:
-    return _Ref(row.id, f"{row.export_id}/{row.run_key}", BatchState(row.state), row.attempt)
+    return _Ref(
+        row.id, str(BatchKey(row.export_id, row.run_key)), BatchState(row.state), row.attempt
+    )
 
 
 def _batch_row(conn: Connection, export_id: str, run_key: str) -> Any:
@@ -391,7 +401,9 @@ def _batch_row(conn: Connection, export_id: str, run_key: str) -> Any:
 def _require(conn: Connection, export_id: str, run_key: str) -> Any:
     row = _batch_row(conn, export_id, run_key)
     if row is None:
-        raise NotFoundError(f"no batch {export_id}/{run_key} in the ledger: begin() it first")
+        raise NotFoundError(
+            f"no batch {BatchKey(export_id, run_key)} in the ledger: begin() it first"
+        )
     return row
 
 
@@ -488,7 +500,7 @@ def _participant(conn: Connection, batch: Any, transactional_id: str) -> Partici
     row = conn.execute(query).first()
     if row is None:
         raise NotFoundError(
-            f"batch {batch.export_id}/{batch.run_key} attempt {batch.attempt} has no "
+            f"batch {BatchKey(batch.export_id, batch.run_key)} attempt {batch.attempt} has no "
             f"participant {transactional_id!r}"
         )
     return _to_participant(row)
@@ -523,6 +535,17 @@ def _participant_cas(
 # -- input checks -----------------------------------------------------------------------------
 
 
+def _key(export_id: str, run_key: str) -> str:
+    """The batch key as shown, once both halves are checked against the ledger's columns."""
+    _check_name(export_id, "export_id", _length(batches.c.export_id))
+    _check_name(run_key, "run_key", _length(batches.c.run_key))
+    return str(BatchKey(export_id, run_key))
+
+
+def _length(column: Any) -> int:
+    return int(column.type.length)
+
+
 def _check_name(value: object, field: str, max_length: int) -> str:
     if not isinstance(value, str) or not value.strip() or not value.isprintable():
         raise ConfigurationError(f"{field} must be a non-empty printable string, got {value!r}")
@@ -534,12 +557,6 @@ def _check_name(value: object, field: str, max_length: int) -> str:
 def _check_reason(reason: object) -> None:
     if not isinstance(reason, str):
         raise ConfigurationError(f"reason must be a string, got {reason!r}")
-
-
-def _label(export_id: str, run_key: str) -> str:
-    _check_name(export_id, "export_id", 200)
-    _check_name(run_key, "run_key", 250)
-    return f"{export_id}/{run_key}"
 
 
 def _check_committables(label: str, ids: list[str], committables: tuple[Committable, ...]) -> None:
@@ -555,3 +572,39 @@ def _check_committables(label: str, ids: list[str], committables: tuple[Committa
                 f"committables[{i}] carries transactional_id {committable.transactional_id!r}; "
                 f"batch {label} leased {tid!r} for partition {i}"
             )
+
+
+def _begin_new(conn: Connection, export_id: str, run_key: str, spec: dict[str, Any]) -> None:
+    """Attempt 1 of a new batch, with freshly leased ids."""
+    ids = pool.lease(conn, export_id, run_key, spec["id_prefix"], spec["num_partitions"])
+    when = now()
+    conn.execute(
+        insert(batches).values(
+            export_id=export_id,
+            run_key=run_key,
+            attempt=1,
+            state=BatchState.PREPARING.value,
+            transactional_ids=json.dumps(ids),
+            created_at=when,
+            updated_at=when,
+            **spec,
+        )
+    )
+    log.info("ledger: batch %s begun with ids %s", BatchKey(export_id, run_key), ids)
+
+
+def _begin_new_attempt(conn: Connection, row: Any, spec: dict[str, Any]) -> None:
+    """An ABORTED batch starts over: attempt + 1, freshly leased ids."""
+    ids = pool.lease(conn, row.export_id, row.run_key, spec["id_prefix"], spec["num_partitions"])
+    values = {**spec, "transactional_ids": json.dumps(ids)}
+    _move(conn, _ref(row), BatchState.PREPARING, "new attempt", **values)
+
+
+def _check_same_spec(label: str, row: Any, spec: dict[str, Any]) -> None:
+    """A batch being prepared keeps its topic, prefix and partitions until it ends."""
+    was = {key: getattr(row, key) for key in spec}
+    if was != spec:
+        raise ConfigurationError(
+            f"batch {label} is {row.state} with {was}, not {spec}; "
+            "finish or abort it before changing its topic, prefix or partitions"
+        )

@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseBranchOperator, Context, TriggerRule
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
+from .. import defaults
 from ..coordination.decision import Assessment, assess
-from ..errors import ConfigurationError
 from ..hooks.export import ExportHook
-from ..ledger import Batch, BatchState, Ledger, Verdict
+from ..ledger import Batch, BatchKey, BatchState, Ledger, Verdict
+from ..utils import config
+from ..utils.task_errors import failing_permanent_errors
 
 #: task_state_store and XCom key of the recorded verdict.
 VERDICT_KEY = "verdict"
@@ -39,7 +41,8 @@ class KafkaTransactionDecisionOperator(BaseBranchOperator):
     :param abort_task_id: task to follow on ABORT (also when nothing was prepared).
     :param kafka_conn_id: the official provider's ``kafka`` connection.
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
-    :param commit_margin_s: time the commit needs before the earliest transaction timeout.
+    :param commit_margin_s: time the commit needs before the earliest transaction timeout;
+        None: ``[kafka2pc] commit_margin_s`` (60 s unless configured).
     """
 
     template_fields: Sequence[str] = ("export_id", "run_key")
@@ -52,9 +55,9 @@ class KafkaTransactionDecisionOperator(BaseBranchOperator):
         run_key: str,
         commit_task_id: str,
         abort_task_id: str,
-        kafka_conn_id: str = "kafka_default",
+        kafka_conn_id: str = defaults.KAFKA_CONN_ID,
         ledger_conn_id: str | None = None,
-        commit_margin_s: float = 60.0,
+        commit_margin_s: float | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("trigger_rule", TriggerRule.ALL_DONE)
@@ -65,16 +68,16 @@ class KafkaTransactionDecisionOperator(BaseBranchOperator):
         self.abort_task_id = abort_task_id
         self.kafka_conn_id = kafka_conn_id
         self.ledger_conn_id = ledger_conn_id
-        self.commit_margin_s = commit_margin_s
+        self.commit_margin_s = (
+            config.commit_margin_s() if commit_margin_s is None else commit_margin_s
+        )
 
     def choose_branch(self, context: Context) -> str:
-        try:
+        with failing_permanent_errors():
             return self._choose(context)
-        except ConfigurationError as exc:
-            raise AirflowFailException(str(exc)) from exc
 
     def _choose(self, context: Context) -> str:
-        label = f"{self.export_id}/{self.run_key}"
+        label = BatchKey(self.export_id, self.run_key)
         hook = ExportHook(self.kafka_conn_id, self.ledger_conn_id)
         with hook.ledger() as ledger:
             batch = ledger.get(self.export_id, self.run_key)

@@ -20,17 +20,18 @@ from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.observability.stats import Stats
 
-from ..coordination.finish import MAX_REPAIRS, Coordinator, Finished, Reprepare
+from .. import defaults
+from ..coordination.finish import Coordinator, Finished, Reprepare
 from ..errors import (
     ConfigurationError,
     NothingPreparedError,
     ParticipantLostError,
     RepairImpossibleError,
-    VerdictMismatchError,
 )
 from ..hooks.export import ExportHook
-from ..ledger import Batch, Participant
+from ..ledger import Batch, BatchKey, Participant
 from ..transaction.committable import Committable
+from ..utils.task_errors import failing_permanent_errors
 
 if TYPE_CHECKING:
     from .prepare import SparkKafkaPrepareOperator
@@ -44,7 +45,7 @@ class _FinishOperator(BaseOperator):
         *,
         export_id: str,
         run_key: str,
-        kafka_conn_id: str = "kafka_default",
+        kafka_conn_id: str = defaults.KAFKA_CONN_ID,
         ledger_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -55,8 +56,8 @@ class _FinishOperator(BaseOperator):
         self.ledger_conn_id = ledger_conn_id
 
     @property
-    def label(self) -> str:
-        return f"{self.export_id}/{self.run_key}"
+    def label(self) -> BatchKey:
+        return BatchKey(self.export_id, self.run_key)
 
     def _tags(self, topic: str) -> dict[str, str]:
         return {"export_id": self.export_id, "topic": topic}
@@ -65,11 +66,7 @@ class _FinishOperator(BaseOperator):
     def _result(finished: Finished) -> dict[str, Any]:
         batch = finished.batch
         return {
-            "export_id": batch.export_id,
-            "run_key": batch.run_key,
-            "attempt": batch.attempt,
-            "state": batch.state.value,
-            "topic": batch.topic,
+            **batch.summary(),
             "records": finished.records,
             "records_now": finished.records_now,
             "outcomes": {r.transactional_id: r.outcome.value for r in finished.resolutions},
@@ -88,8 +85,8 @@ class KafkaTransactionCommitOperator(_FinishOperator):
     asset, an asset event carries ``{"run_key", "committed"}`` in its extra; downstream
     DAGs scheduled on it run on committed data only.
 
-    A participant found LOST (aborted on the broker before the commit: the data loss
-    Flink's exactly-once sink suffers silently) is recorded LOST, re-prepared by the
+    A participant found LOST (aborted on the broker before the commit, its transaction
+    timed out or fenced) is recorded LOST, re-prepared by the
     export's prepare task for just its partition, and committed, so the batch still ends
     COMMITTED exactly once. When the source no longer yields the recorded partitions the
     task fails (no retry) naming the lost partitions and their rows; the batch stays
@@ -113,7 +110,7 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         *,
         prepare_task_id: str | None = None,
         repair_lost: bool = True,
-        max_repairs: int = MAX_REPAIRS,
+        max_repairs: int = defaults.MAX_REPAIRS,
         **kwargs: Any,
     ) -> None:
         if isinstance(max_repairs, bool) or not isinstance(max_repairs, int) or max_repairs < 0:
@@ -124,19 +121,14 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         self.max_repairs = max_repairs
 
     def execute(self, context: Context) -> dict[str, Any]:
-        try:
-            with ExportHook(self.kafka_conn_id, self.ledger_conn_id).coordinator() as coordinator:
-                finished = self.commit(context, coordinator)
-        except RepairImpossibleError as exc:
-            self.log.error("%s: LOST and not repairable: %s", self.label, _lost(exc))
-            raise AirflowFailException(str(exc)) from exc
-        except (
-            ParticipantLostError,
-            VerdictMismatchError,
-            NothingPreparedError,
-            ConfigurationError,
-        ) as exc:
-            raise AirflowFailException(str(exc)) from exc
+        with failing_permanent_errors():
+            try:
+                hook = ExportHook(self.kafka_conn_id, self.ledger_conn_id)
+                with hook.coordinator() as coordinator:
+                    finished = self.commit(context, coordinator)
+            except RepairImpossibleError as exc:
+                self.log.error("%s: LOST and not repairable: %s", self.label, _lost(exc))
+                raise
         batch = finished.batch
         if finished.repaired:
             self.log.warning(
@@ -251,7 +243,7 @@ class KafkaTransactionAbortOperator(_FinishOperator):
 
     def execute(self, context: Context) -> None:
         hook = ExportHook(self.kafka_conn_id, self.ledger_conn_id)
-        try:
+        with failing_permanent_errors():
             with hook.ledger() as ledger:
                 nothing = ledger.get(self.export_id, self.run_key) is None
             if nothing:  # the broker is not needed, nor perhaps reachable
@@ -263,8 +255,6 @@ class KafkaTransactionAbortOperator(_FinishOperator):
                 finished = coordinator.abort(
                     self.export_id, self.run_key, "aborted by the abort task"
                 )
-        except (NothingPreparedError, VerdictMismatchError, ConfigurationError) as exc:
-            raise AirflowFailException(str(exc)) from exc
         batch = finished.batch
         self.log.info(
             "%s: ABORTED attempt %d, %d records discarded (%d by this try), %d ids fenced",

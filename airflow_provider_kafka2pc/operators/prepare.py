@@ -13,7 +13,6 @@ partitions, and only if the source still yields the recorded counts.
 from __future__ import annotations
 
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,12 +25,12 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook, Context
 from airflow.sdk.exceptions import (
     AirflowException,
-    AirflowFailException,
     AirflowNotFoundException,
     AirflowSkipException,
 )
 from airflow.sdk.observability.stats import Stats
 
+from .. import compat, defaults
 from ..coordination.finish import Coordinator
 from ..errors import (
     CommittableError,
@@ -41,26 +40,26 @@ from ..errors import (
     RepairFailedError,
     RepairImpossibleError,
 )
-from ..hooks.connections import require_connection
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
 from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION
-from ..transaction import naming
-from ..transaction.committable import Committable
-from ..transaction.manifest import Manifest
-from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
-from .spark_job import (
-    DEFAULT_SPARK_CONF,
+from ..spark.job import (
     check_num_partitions,
     committables_for,
-    default_spark_binary,
     local_path,
     repair_arguments,
     repaired_committables,
     source_arguments,
+    spark_submit_binary,
     summary,
 )
+from ..transaction import naming
+from ..transaction.committable import Committable
+from ..transaction.manifest import Manifest
+from ..utils import config
+from ..utils.connections import require_connection
+from ..utils.task_errors import failing_permanent_errors
 
 
 def _safe(text: str) -> str:
@@ -85,7 +84,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
     :param spark_conn_id: the ``spark`` connection (master URL).
     :param transaction_timeout_ms: how long the prepared transactions may stay open
-        (at most the broker's ``transaction.max.timeout.ms``).
+        (at most the broker's ``transaction.max.timeout.ms``); None:
+        ``[kafka2pc] transaction_timeout_ms`` (900000 unless configured).
     :param manifest_dir: where the job writes its manifest, any Hadoop URI the driver and
         this worker can both reach; default: a temporary local directory.
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
@@ -115,10 +115,10 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         value_column: str | None = None,
         header_columns: Sequence[str] = (),
         id_prefix: str,
-        kafka_conn_id: str = "kafka_default",
+        kafka_conn_id: str = defaults.KAFKA_CONN_ID,
         ledger_conn_id: str | None = None,
-        spark_conn_id: str = "spark_default",
-        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        spark_conn_id: str = defaults.SPARK_CONN_ID,
+        transaction_timeout_ms: int | None = None,
         manifest_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -144,7 +144,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.kafka_conn_id = kafka_conn_id
         self.ledger_conn_id = ledger_conn_id
         self.spark_conn_id = spark_conn_id
-        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_timeout_ms = (
+            config.transaction_timeout_ms()
+            if transaction_timeout_ms is None
+            else transaction_timeout_ms
+        )
         self.manifest_dir = manifest_dir
 
     # -- the task -----------------------------------------------------------------------
@@ -152,7 +156,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         started = time.monotonic()
         kafka = Kafka2pcHook(self.kafka_conn_id)
-        try:
+        # Bad input fails without retry (no retry can mend it) and leaves nothing behind.
+        with failing_permanent_errors():
             source_args = self.validate(kafka)
             with LedgerHook(self.ledger_conn_id).get_conn() as ledger:
                 batch = ledger.begin(
@@ -163,9 +168,6 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                     num_partitions=self.num_partitions,
                 )
                 return self._prepare(context, kafka, ledger, batch, source_args, started)
-        except ConfigurationError as exc:
-            # Bad input: no retry can mend it, and nothing was left behind.
-            raise AirflowFailException(str(exc)) from exc
 
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
@@ -209,7 +211,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         source_args: list[str],
         started: float,
     ) -> dict[str, Any]:
-        label = f"{self.export_id}/{self.run_key}"
+        label = batch.key
         if batch.state is BatchState.COMMITTED:
             self.log.info(
                 "%s is already COMMITTED (%s rows, attempt %d): writing nothing, "
@@ -291,7 +293,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         :raises RepairImpossibleError: the source changed or is gone.
         :raises RepairFailedError: the job failed otherwise; a retry may succeed.
         """
-        label = f"{self.export_id}/{self.run_key}"
+        label = batch.key
         names = ", ".join(
             f"partition {p.index} ({p.transactional_id}, {p.committable.record_count} rows)"
             for p in lost
@@ -312,7 +314,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         with self._manifest(batch, name) as (manifest, read):
             args = [*source_args, *self._writer_args(), *repair_args]
             try:
-                self.submit(context, kafka, batch, args, manifest, run_id_suffix="-repair")
+                self.submit(context, kafka, batch, args, manifest, job_suffix="-repair")
             except (AirflowException, Kafka2pcError) as exc:
                 refusal = _refusal(read)
                 if refusal is not None:
@@ -369,7 +371,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         batch: Batch,
         args: list[str],
         manifest: str,
-        run_id_suffix: str = "",
+        job_suffix: str = "",
     ) -> None:
         """One spark-submit of the packaged application through :class:`SparkSubmitOperator`."""
         with kafka.config_file() as config_path:
@@ -382,21 +384,15 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                 str(config_path),
                 "--manifest",
                 manifest,
-                "--run-id",
-                f"{self.export_id}/{self.run_key}#{batch.attempt}{run_id_suffix}",
+                "--job-label",
+                batch.key.job_label(batch.attempt, job_suffix),
             ]
-            self.conf = {
-                **DEFAULT_SPARK_CONF,
-                "spark.pyspark.python": sys.executable,
-                "spark.pyspark.driver.python": sys.executable,
-                **(self.conf or {}),
-            }
-            if self._spark_binary is None and "spark-binary" not in spark_extra(self.spark_conn_id):
-                # SparkSubmitOperator's own attribute: a pip-installed pyspark has no
-                # spark-submit on PATH, but ships one.
-                self._spark_binary = default_spark_binary()
+            self.conf = defaults.spark_conf(self.conf)
+            binary = compat.spark_binary(self)
+            if binary is None and "spark-binary" not in spark_extra(self.spark_conn_id):
+                binary = spark_submit_binary()
             # The hook is built from the arguments above: never reuse one built for others.
-            self._hook = None
+            compat.submit_with(self, binary)
             super().execute(context)
 
     @contextmanager

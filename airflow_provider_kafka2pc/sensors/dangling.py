@@ -1,6 +1,6 @@
 """Resolve an export's dangling transactions: in-doubt batches and open transactions.
 
-Each poke is one recovery round (:func:`~..triggers.dangling.recover_export`): the ledger's
+Each poke is one recovery round (:meth:`~..hooks.export.ExportHook.recover`): the ledger's
 in-doubt batches are finished by their verdicts (decided ABORT first when stale), and the
 transactions open on the broker under the export's transactional-id prefix are committed,
 aborted or fenced by the verdict of the batch that holds their id (fenced when none does,
@@ -16,9 +16,12 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from .. import defaults
 from ..coordination.recovery import RecoveryReport
-from ..errors import ConfigurationError
-from ..triggers.dangling import TRANSIENT_ERRORS, DanglingTransactionTrigger, recover_export
+from ..hooks.export import ExportHook
+from ..triggers.dangling import DanglingTransactionTrigger, RecoveryStatus
+from ..utils import config
+from ..utils.task_errors import Handling, failing_permanent_errors, handling
 
 
 class KafkaDanglingTransactionSensor(BaseSensorOperator):
@@ -50,9 +53,9 @@ class KafkaDanglingTransactionSensor(BaseSensorOperator):
         export_id: str,
         run_key: str | None = None,
         id_prefix: str | None = None,
-        kafka_conn_id: str = "kafka_default",
+        kafka_conn_id: str = defaults.KAFKA_CONN_ID,
         ledger_conn_id: str | None = None,
-        grace_period: timedelta = timedelta(hours=1),
+        grace_period: timedelta | None = None,
         wait_for_live: bool = False,
         deferrable: bool = False,
         **kwargs: Any,
@@ -63,7 +66,7 @@ class KafkaDanglingTransactionSensor(BaseSensorOperator):
         self.id_prefix = id_prefix
         self.kafka_conn_id = kafka_conn_id
         self.ledger_conn_id = ledger_conn_id
-        self.grace_period = grace_period
+        self.grace_period = config.grace_period() if grace_period is None else grace_period
         self.wait_for_live = wait_for_live
         self.deferrable = deferrable
 
@@ -90,17 +93,16 @@ class KafkaDanglingTransactionSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         try:
-            report = recover_export(
-                self.export_id,
-                run_key=self.run_key,
-                id_prefix=self.id_prefix,
-                kafka_conn_id=self.kafka_conn_id,
-                ledger_conn_id=self.ledger_conn_id,
-                grace_period=self.grace_period,
-            )
-        except ConfigurationError as exc:
-            raise AirflowFailException(str(exc)) from exc
-        except TRANSIENT_ERRORS as exc:
+            with failing_permanent_errors():
+                report = ExportHook(self.kafka_conn_id, self.ledger_conn_id).recover(
+                    self.export_id,
+                    run_key=self.run_key,
+                    id_prefix=self.id_prefix,
+                    grace_period=self.grace_period,
+                )
+        except Exception as exc:
+            if handling(exc) is not Handling.RETRY:
+                raise
             self.log.warning("%s: %s; poking again", self.export_id, exc)
             return False
         self._log_report(report)
@@ -109,12 +111,12 @@ class KafkaDanglingTransactionSensor(BaseSensorOperator):
         return PokeReturnValue(report.settled(self.wait_for_live), report.to_dict())
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        status = event.get("status")
+        status = RecoveryStatus(event.get("status", RecoveryStatus.ERROR))
         if "report" in event:
             self._log_report(RecoveryReport.from_dict(event["report"]))
-        if status == "failed":
+        if status is RecoveryStatus.FAILED:
             raise AirflowFailException(f"recovery of {self.export_id}: {event['message']}")
-        if status != "success":
+        if status is not RecoveryStatus.SUCCESS:
             raise AirflowException(f"recovery of {self.export_id} failed: {event.get('message')}")
         return event["report"]
 

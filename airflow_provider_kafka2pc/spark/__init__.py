@@ -12,11 +12,15 @@ from typing import Any
 
 APPLICATION = str(Path(__file__).with_name("app.py"))
 
-__all__ = ["APPLICATION", "PrepareError", "prepare_dataframe"]
+__all__ = ["APPLICATION", "PrepareError", "Repair", "prepare_dataframe"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("prepare_dataframe", "PrepareError"):
+    if name == "PrepareError":
+        from ..errors import PrepareError
+
+        return PrepareError
+    if name in ("prepare_dataframe", "Repair"):
         from . import prepare
 
         return getattr(prepare, name)

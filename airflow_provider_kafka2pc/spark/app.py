@@ -30,11 +30,11 @@ from typing import Any
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
+from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
-from airflow_provider_kafka2pc.spark.prepare import prepare_dataframe
+from airflow_provider_kafka2pc.spark.prepare import Repair, prepare_dataframe
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.settings import is_secret
-from airflow_provider_kafka2pc.transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 log = logging.getLogger("kafka2pc.spark.app")
 
@@ -86,9 +86,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--bootstrap-servers", help="overrides bootstrap.servers")
     parser.add_argument(
-        "--transaction-timeout-ms", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_MS
+        "--transaction-timeout-ms", type=int, default=defaults.TRANSACTION_TIMEOUT_MS
     )
-    parser.add_argument("--run-id")
+    parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
     parser.add_argument(
         "--only-partitions",
@@ -192,9 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 value_column=args.value_column,
                 header_columns=args.header_columns,
                 transaction_timeout_ms=args.transaction_timeout_ms,
-                run_id=args.run_id,
-                only_partitions=args.only_partitions,
-                expected_partition_rows=args.expected_partition_rows,
+                job_label=args.job_label,
+                repair=Repair(args.only_partitions, args.expected_partition_rows)
+                if repair
+                else None,
             )
         except SourceChangedError as exc:
             return refuse(spark, args, str(exc), exc.partition_rows)
@@ -206,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         spark.stop()
     summary = {
-        "run_id": batch.run_id,
+        "job_label": batch.job_label,
         "manifest": args.manifest,
         "source_rows": batch.source_rows,
         "transactions": sum(1 for c in batch.committables if not c.is_empty),
@@ -224,7 +225,7 @@ def refuse(
     """A repair that wrote nothing: the manifest says why (the orchestrator reads it)."""
     log.error("refusing to re-prepare partitions %s: %s", args.only_partitions, why)
     refused = Manifest(
-        run_id=args.run_id or "",
+        job_label=args.job_label or "",
         topic=args.topic,
         committables=(),
         source_rows=0,

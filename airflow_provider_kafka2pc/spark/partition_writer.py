@@ -21,7 +21,7 @@ VALUE = "__kafka2pc_value"
 HEADER_PREFIX = "__kafka2pc_header_"
 
 #: Called on the executor after each Arrow batch: (partition, attempt, rows so far).
-BatchHook = Callable[[int, int, int], None]
+ArrowBatchCallback = Callable[[int, int, int], None]
 
 #: What each task returns to the driver: one row per partition.
 RESULT_SCHEMA = "partition INT, attempt INT, input_rows LONG, committable STRING"
@@ -33,7 +33,7 @@ def partition_writer(
     topic: str,
     transaction_timeout_ms: int,
     header_names: Sequence[str],
-    on_batch: BatchHook | None = None,
+    on_batch: ArrowBatchCallback | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Build the ``mapInArrow`` function; everything it closes over is picklable."""
     ids = list(transactional_ids)

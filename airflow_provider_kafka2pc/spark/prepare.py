@@ -25,6 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark import StorageLevel
@@ -32,18 +33,18 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .. import defaults
 from ..errors import ConfigurationError, PrepareError, ProtocolError, SourceChangedError
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
-from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 from .partition_writer import (
     HEADER_PREFIX,
     KEY,
     RESULT_SCHEMA,
     VALUE,
-    BatchHook,
+    ArrowBatchCallback,
     partition_writer,
 )
 
@@ -65,6 +66,16 @@ _TEXT_TYPES = (T.StringType, T.BinaryType)
 _PARTITION_BY = "__kafka2pc_partition_by"
 
 
+@dataclass(frozen=True)
+class Repair:
+    """Loss repair: rewrite only ``partitions`` (indexes), each under its own id of
+    ``transactional_ids``, and only if every partition of the recomputed input still holds
+    ``expected_rows[i]`` rows; otherwise :class:`SourceChangedError`, nothing written."""
+
+    partitions: Sequence[int]
+    expected_rows: Sequence[int]
+
+
 def prepare_dataframe(
     df: DataFrame,
     *,
@@ -74,12 +85,11 @@ def prepare_dataframe(
     key_column: str | None = None,
     value_column: str | None = None,
     header_columns: Sequence[str] = (),
-    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-    run_id: str | None = None,
+    transaction_timeout_ms: int = defaults.TRANSACTION_TIMEOUT_MS,
+    job_label: str | None = None,
     require_keys: bool | None = None,
-    on_batch: BatchHook | None = None,
-    only_partitions: Sequence[int] | None = None,
-    expected_partition_rows: Sequence[int] | None = None,
+    on_batch: ArrowBatchCallback | None = None,
+    repair: Repair | None = None,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -95,13 +105,10 @@ def prepare_dataframe(
     :param require_keys: refuse null keys (default: whenever ``key_column`` is given).
     :param on_batch: called on the executor after each Arrow batch is queued, with
         (partition, attempt, rows so far): progress reporting, and fault injection in tests.
-    :param only_partitions: write only these partition indexes (loss repair); the input is
-        still partitioned into ``len(transactional_ids)`` partitions, and partition ``i``
-        still writes under ``transactional_ids[i]``. The other ids are not touched.
-    :param expected_partition_rows: the recorded rows of every partition; a recomputed
-        input that differs raises :class:`SourceChangedError` before anything is written.
+    :param repair: loss repair (:class:`Repair`): write only its partitions, and only if
+        the input still holds the recorded rows.
     :return: the prepared batch; its transactions stay open for the commit phase. With
-        ``only_partitions`` it holds the selected partitions' committables in index order
+        ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
         rows in ``partition_rows``.
     """
@@ -110,15 +117,15 @@ def prepare_dataframe(
         raise ConfigurationError("transactional_ids must name at least one id")
     if len(set(ids)) != len(ids):
         raise ConfigurationError("transactional_ids must be distinct")
-    selected = _selected(only_partitions, len(ids))
-    expected = _expected(expected_partition_rows, len(ids))
+    selected = _selected(repair.partitions if repair else None, len(ids))
+    expected = _expected(repair.expected_rows, len(ids)) if repair else None
     spark = df.sparkSession
     if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
         raise ConfigurationError(
             "spark.speculation is on: two attempts of one partition would fence each "
             "other's transaction; set spark.speculation=false for the prepare job"
         )
-    run_id = run_id or uuid.uuid4().hex
+    job_label = job_label or uuid.uuid4().hex
     started = time.time()
     prepared = partitioned_input(df, len(ids), key_column, value_column, header_columns)
     _check_topic(producer_config, topic)
@@ -129,9 +136,9 @@ def prepare_dataframe(
             _check_unchanged(partition_rows, expected)
         source_rows = sum(partition_rows[i] for i in selected)
         if source_rows == 0:
-            log.warning("run %s: the source is empty; nothing prepared", run_id)
+            log.warning("run %s: the source is empty; nothing prepared", job_label)
             return Manifest(
-                run_id,
+                job_label,
                 topic,
                 (),
                 0,
@@ -161,7 +168,7 @@ def prepare_dataframe(
     committables = _check_reports(reports, ids, partition_rows, selected)
     partial = {"partitions": list(selected)} if len(selected) < len(ids) else {}
     batch = Manifest(
-        run_id=run_id,
+        job_label=job_label,
         topic=topic,
         committables=committables,
         source_rows=source_rows,
@@ -176,7 +183,7 @@ def prepare_dataframe(
     )
     log.info(
         "run %s: prepared %d rows in %d transactions%s",
-        run_id,
+        job_label,
         source_rows,
         len(selected),
         f" (partitions {list(selected)} of {len(ids)})" if partial else "",
@@ -193,23 +200,21 @@ def _selected(only_partitions: Sequence[int] | None, partitions: int) -> tuple[i
     bad += [i for i in chosen if isinstance(i, int) and not 0 <= i < partitions]
     if not chosen or bad:
         raise ConfigurationError(
-            f"only_partitions must name partition indexes in 0..{partitions - 1} "
+            f"the repair's partitions must be indexes in 0..{partitions - 1} "
             f"(one per transactional id), got {chosen}"
         )
     if len(set(chosen)) != len(chosen):
-        raise ConfigurationError(f"only_partitions names a partition twice: {chosen}")
+        raise ConfigurationError(f"the repair names a partition twice: {chosen}")
     return tuple(sorted(chosen))
 
 
-def _expected(rows: Sequence[int] | None, partitions: int) -> tuple[int, ...] | None:
-    if rows is None:
-        return None
+def _expected(rows: Sequence[int], partitions: int) -> tuple[int, ...]:
     counts = tuple(rows)
     if len(counts) != partitions or any(
         isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts
     ):
         raise ConfigurationError(
-            f"expected_partition_rows must hold {partitions} counts >= 0 (one per "
+            f"the repair's expected_rows must hold {partitions} counts >= 0 (one per "
             f"transactional id), got {list(counts)}"
         )
     return counts
@@ -319,7 +324,7 @@ def _as_binary(column: Column, data_type: T.DataType) -> Column:
 
 
 def _check_topic(producer_config: Mapping[str, Any], topic: str) -> None:
-    with KafkaProtocol(producer_config, timeout_ms=30_000) as protocol:
+    with KafkaProtocol(producer_config) as protocol:
         try:
             protocol.partition_leaders(topic)
         except ProtocolError as exc:

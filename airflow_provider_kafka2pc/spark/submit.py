@@ -6,50 +6,19 @@ Airflow users submit :data:`~airflow_provider_kafka2pc.spark.APPLICATION` throug
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import defaults
 from . import APPLICATION
+from .job import private_config_file, spark_submit_binary
 
-#: Keep the driver quiet and make every Python worker use this interpreter, which has
-#: our package (a worker on another interpreter fails to unpickle our functions).
-DEFAULT_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.pyspark.python": sys.executable,
-}
-
-
-def spark_submit_binary() -> str:
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
-
-
-@contextmanager
-def private_config_file(kafka_config: Mapping[str, Any]) -> Iterator[Path]:
-    """``kafka_config`` as JSON in a file only this user can read, removed afterwards.
-
-    How credentials reach the application without showing on a command line.
-    """
-    directory = Path(tempfile.mkdtemp(prefix="kafka2pc-conf-"))  # mode 0700
-    path = directory / "kafka.json"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(dict(kafka_config), handle)
-        yield path
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+#: Local runs (demo, tests): no Spark UI, few shuffle partitions.
+LOCAL_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
 
 
 def submit_prepare(
@@ -79,7 +48,7 @@ def _run(
     log_path: Path | None,
     timeout_s: float,
 ) -> subprocess.CompletedProcess[str]:
-    settings = {**DEFAULT_CONF, **(conf or {})}
+    settings = defaults.spark_conf(LOCAL_CONF, dict(conf or {}))
     command = [spark_submit_binary(), "--master", master]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]

@@ -1,1 +1,17 @@
-"""Transaction machinery: writer, committable, controller, audit. Free of Airflow imports."""
+"""The transaction machinery: writing, handing over, finishing and verifying Kafka
+transactions. Free of Airflow imports; every raw protocol use sits in :mod:`.protocol`.
+
+The public types, by job:
+
+* writing a prepared transaction: :class:`~.writer.TransactionalWriter` (librdkafka),
+  :class:`~.native_writer.NativeWriter` (KIP-939 at protocol level);
+* the handle any process finishes it from: :class:`~.committable.Committable`, and the
+  prepare job's :class:`~.manifest.Manifest` of them;
+* finishing it: :class:`~.controller.TransactionController` (EndTxn with the stored
+  producer id and epoch), which answers an :class:`~.controller.Outcome` per
+  :class:`~.controller.Resolution`;
+* the coordinator's view: :class:`~.described.CoordinatorTxnState`,
+  :class:`~.described.DescribedTransaction`; the log's view: :class:`~.log.MarkerView`;
+* verifying: :func:`~.audit.audit_topic` (the markers), :func:`~.visible.read_committed`;
+* naming: :mod:`.naming` builds, parses and matches transactional ids.
+"""

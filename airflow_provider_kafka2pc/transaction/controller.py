@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .. import defaults
 from ..errors import ConnectionLostError, ProtocolError, TransactionInDoubtError
 from .committable import TRANSACTION_VERSION_KIP890, Committable
 from .log import LogReader, MarkerView, marker_views
@@ -142,7 +143,7 @@ class Resolution:
 class RetryPolicy:
     """Bounded exponential backoff under an overall deadline."""
 
-    deadline_s: float = 60.0
+    deadline_s: float = defaults.FINISH_DEADLINE_S
     #: How long to wait for markers after an ambiguous answer before acting on it.
     marker_grace_s: float = 5.0
     initial_backoff_s: float = 0.05
@@ -430,7 +431,9 @@ class TransactionController:
 
     # -- fencing ------------------------------------------------------------
 
-    def fence(self, transactional_id: str, transaction_timeout_ms: int = 60_000) -> FenceResult:
+    def fence(
+        self, transactional_id: str, transaction_timeout_ms: int = defaults.FENCE_TIMEOUT_MS
+    ) -> FenceResult:
         """Re-initialise ``transactional_id``: whatever it left open is aborted.
 
         Used where the producer id/epoch of a dangling transaction are unknown.

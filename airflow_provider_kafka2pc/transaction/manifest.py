@@ -20,7 +20,8 @@ MANIFEST_SCHEMA_VERSION = 1
 class Manifest:
     """All committables of one run; ``committables[i]`` belongs to Spark partition ``i``."""
 
-    run_id: str
+    #: What the prepare job called itself (``export/run key#attempt``), for its logs.
+    job_label: str
     topic: str
     committables: tuple[Committable, ...]
     source_rows: int
@@ -38,7 +39,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": MANIFEST_SCHEMA_VERSION,
-            "run_id": self.run_id,
+            "job_label": self.job_label,
             "topic": self.topic,
             "source_rows": self.source_rows,
             "partition_rows": list(self.partition_rows),
@@ -58,7 +59,7 @@ class Manifest:
             raise CommittableError(f"manifest is not valid JSON: {exc}") from exc
         if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA_VERSION:
             raise CommittableError(f"manifest field 'schema' must be {MANIFEST_SCHEMA_VERSION}")
-        for name in ("run_id", "topic"):
+        for name in ("job_label", "topic"):
             if not isinstance(data.get(name), str):
                 raise CommittableError(f"manifest field {name!r} must be a string")
         rows = data.get("partition_rows")
@@ -68,7 +69,7 @@ class Manifest:
         if not isinstance(committables, list):
             raise CommittableError("manifest field 'committables' must be a list")
         batch = cls(
-            run_id=data["run_id"],
+            job_label=data["job_label"],
             topic=data["topic"],
             committables=tuple(Committable.from_dict(c) for c in committables),
             source_rows=int(data.get("source_rows", -1)),

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from .. import defaults
 from ..errors import ConfigurationError, ConnectionLostError, ProtocolError, WriteError
 from .committable import (
     TRANSACTION_VERSION_CLASSIC,
@@ -107,8 +108,8 @@ class NativeWriter:
         protocol: NativeTransactionProtocol,
         transactional_id: str,
         *,
-        transaction_timeout_ms: int = 60_000,
-        deadline_s: float = 30.0,
+        transaction_timeout_ms: int = defaults.TRANSACTION_TIMEOUT_MS,
+        deadline_s: float = defaults.WRITER_DEADLINE_S,
         batch_bytes: int = BATCH_BYTES,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,

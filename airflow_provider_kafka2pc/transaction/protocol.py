@@ -38,6 +38,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from .. import defaults
 from ..errors import (
     BrokerUnreachableError,
     ConfigurationError,
@@ -254,7 +255,9 @@ class KafkaProtocol:
     :param timeout_ms: bound on connecting and on each request.
     """
 
-    def __init__(self, config: Mapping[str, Any], timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], timeout_ms: int = defaults.REQUEST_TIMEOUT_MS
+    ) -> None:
         self._servers = bootstrap_servers(config)
         self._timeout_ms = timeout_ms
         self._kp_config = to_kafka_python(config)

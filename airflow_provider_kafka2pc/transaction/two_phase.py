@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import defaults
 from ..errors import ConfigurationError, ConnectionLostError, ProtocolError
 from .naming import validate_transactional_id
 from .protocol import (
@@ -115,7 +116,7 @@ def request_two_phase(
     transactional_id: str,
     transaction_timeout_ms: int,
     *,
-    deadline_s: float = 30.0,
+    deadline_s: float = defaults.WRITER_DEADLINE_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Grant:
@@ -166,8 +167,8 @@ def detect_two_phase(
     requested: str = "auto",
     *,
     transactional_id: str,
-    transaction_timeout_ms: int = 60_000,
-    deadline_s: float = 30.0,
+    transaction_timeout_ms: int = defaults.FENCE_TIMEOUT_MS,
+    deadline_s: float = defaults.WRITER_DEADLINE_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> TwoPhaseMode:

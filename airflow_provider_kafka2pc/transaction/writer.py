@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from .. import defaults
 from ..errors import BrokerUnreachableError, ConfigurationError, Kafka2pcError, WriteError
 from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
 from .naming import validate_transactional_id
@@ -32,7 +33,6 @@ Record = (
 )
 
 #: Kafka brokers refuse longer transactions by default (transaction.max.timeout.ms).
-DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 #: Java clients and Spark's Kafka sink put a key on ``murmur2(key) % partitions``;
 #: librdkafka's own default (consistent_random, CRC32) would put it elsewhere, which
 #: breaks co-partitioned joins and compaction for anyone also producing from Java.
@@ -121,8 +121,8 @@ class TransactionalWriter:
         config: Mapping[str, Any],
         transactional_id: str,
         *,
-        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-        timeout_s: float = 30.0,
+        transaction_timeout_ms: int = defaults.TRANSACTION_TIMEOUT_MS,
+        timeout_s: float = defaults.REQUEST_TIMEOUT_MS / 1000,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._servers = bootstrap_servers(config)

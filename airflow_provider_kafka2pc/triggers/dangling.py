@@ -1,76 +1,37 @@
 """Deferred recovery: resolve an export's dangling transactions from the triggerer.
 
-A round (:func:`recover_export`) is blocking (database, Kafka requests); the trigger runs
-each round in a worker thread of its own (``asyncio.to_thread``: not asgiref's one shared
-"thread-sensitive" thread, where a slow round would hold up other triggers) and sleeps
-between rounds without holding a worker slot. The sensor's poke runs the same function,
-so both modes decide alike.
+A round (:meth:`ExportHook.recover <airflow_provider_kafka2pc.hooks.export.ExportHook.recover>`)
+is blocking (database, Kafka requests); the trigger runs each round in a worker thread of
+its own (``asyncio.to_thread``: not asgiref's one shared "thread-sensitive" thread, where a
+slow round would hold up other triggers) and sleeps between rounds without holding a
+worker slot. The sensor's poke runs the same round, so both modes decide alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..coordination.recovery import RecoveryReport, recover
-from ..errors import BrokerUnreachableError, ConfigurationError, ConnectionLostError
-from ..hooks.kafka2pc import Kafka2pcHook
-from ..hooks.ledger import LedgerHook
-from ..ledger import Ledger
-from ..transaction import naming
-from ..transaction.controller import RetryPolicy, TransactionController
-
-#: Errors after which the next round may well succeed (the broker is back).
-TRANSIENT_ERRORS = (BrokerUnreachableError, ConnectionLostError)
-#: Bound on finishing one batch or fencing one id within a round.
-ROUND_DEADLINE_S = 120.0
+from .. import defaults
+from ..coordination.recovery import RecoveryReport
+from ..hooks.export import ExportHook
+from ..utils.task_errors import Handling, handling
 
 
-def export_prefixes(ledger: Ledger, export_id: str, id_prefix: str | None) -> list[str]:
-    """The transactional-id prefixes to search for ``export_id``'s open transactions.
+class RecoveryStatus(enum.StrEnum):
+    """How a deferred recovery ended (the ``status`` of its trigger event)."""
 
-    An explicit prefix wins. Otherwise: the prefixes of its in-doubt batches, and the one
-    :func:`~airflow_provider_kafka2pc.transaction.naming.default_prefix` derives from the export id
-    (what ``kafka_exactly_once_export`` uses unless told otherwise); a prefix the ledger
-    never leased an id under is skipped by the round itself.
-    """
-    if id_prefix:
-        return [id_prefix]
-    seen = [batch.id_prefix for batch in ledger.in_doubt(export_id)]
-    return list(dict.fromkeys([*seen, naming.default_prefix(export_id)]))
-
-
-def recover_export(
-    export_id: str,
-    *,
-    run_key: str | None,
-    id_prefix: str | None,
-    kafka_conn_id: str,
-    ledger_conn_id: str | None,
-    grace_period: timedelta,
-    dry_run: bool = False,
-) -> RecoveryReport:
-    """One recovery round for ``export_id`` through Airflow connections (see
-    :func:`~airflow_provider_kafka2pc.coordination.recovery.recover`)."""
-    kafka = Kafka2pcHook(kafka_conn_id)
-    with LedgerHook(ledger_conn_id).get_conn() as ledger:
-        prefixes = export_prefixes(ledger, export_id, id_prefix)
-        with kafka.protocol() as protocol:
-            controller = TransactionController(protocol, RetryPolicy(deadline_s=ROUND_DEADLINE_S))
-            return recover(
-                ledger,
-                protocol,
-                controller,
-                export_id,
-                prefixes,
-                grace_period=grace_period,
-                own_run_key=run_key,
-                dry_run=dry_run,
-            )
+    #: Nothing of the export is left unresolved.
+    SUCCESS = "success"
+    #: A person must act (a lost participant, a bad connection, a prefix of another export).
+    FAILED = "failed"
+    #: An error of no known kind; the sensor's own retries decide.
+    ERROR = "error"
 
 
 class DanglingTransactionTrigger(BaseTrigger):
@@ -83,7 +44,7 @@ class DanglingTransactionTrigger(BaseTrigger):
     :param grace_period_s: a batch or transaction is stale after this long.
     :param poll_interval_s: seconds between rounds while something is left.
     :param id_prefix: the export's transactional-id prefix; None: derived (see
-        :func:`export_prefixes`).
+        :func:`~airflow_provider_kafka2pc.coordination.recovery.export_prefixes`).
     :param wait_for_live: also wait until live runs' transactions are gone.
     """
 
@@ -91,10 +52,10 @@ class DanglingTransactionTrigger(BaseTrigger):
         self,
         export_id: str,
         run_key: str | None,
-        kafka_conn_id: str = "kafka_default",
+        kafka_conn_id: str = defaults.KAFKA_CONN_ID,
         ledger_conn_id: str | None = None,
-        grace_period_s: float = 3600.0,
-        poll_interval_s: float = 30.0,
+        grace_period_s: float = defaults.GRACE_PERIOD.total_seconds(),
+        poll_interval_s: float = defaults.RECOVER_POLL_INTERVAL_S,
         id_prefix: str | None = None,
         wait_for_live: bool = False,
     ) -> None:
@@ -124,12 +85,10 @@ class DanglingTransactionTrigger(BaseTrigger):
         )
 
     def _round(self) -> RecoveryReport:
-        return recover_export(
+        return ExportHook(self.kafka_conn_id, self.ledger_conn_id).recover(
             self.export_id,
             run_key=self.run_key,
             id_prefix=self.id_prefix,
-            kafka_conn_id=self.kafka_conn_id,
-            ledger_conn_id=self.ledger_conn_id,
             grace_period=timedelta(seconds=self.grace_period_s),
         )
 
@@ -137,26 +96,34 @@ class DanglingTransactionTrigger(BaseTrigger):
         while True:
             try:
                 report = await asyncio.to_thread(self._round)
-            except ConfigurationError as exc:
-                # Not for retrying: a missing/bad connection, a prefix of another export.
-                yield TriggerEvent({"status": "failed", "message": str(exc)})
-                return
-            except TRANSIENT_ERRORS as exc:
-                self.log.warning(
-                    "%s: %s; next round in %s s", self.export_id, exc, self.poll_interval_s
-                )
             except Exception as exc:
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
-                return
+                kind = handling(exc)
+                if kind is Handling.RETRY:  # the broker or the ledger may be back next round
+                    self.log.warning(
+                        "%s: %s; next round in %s s", self.export_id, exc, self.poll_interval_s
+                    )
+                elif kind is Handling.FAIL:
+                    yield TriggerEvent({"status": RecoveryStatus.FAILED.value, "message": str(exc)})
+                    return
+                else:
+                    message = f"{type(exc).__name__}: {exc}"
+                    yield TriggerEvent({"status": RecoveryStatus.ERROR.value, "message": message})
+                    return
             else:
                 if report.failed:
                     message = "; ".join(f"{k}: {v}" for k, v in report.failed.items())
                     yield TriggerEvent(
-                        {"status": "failed", "message": message, "report": report.to_dict()}
+                        {
+                            "status": RecoveryStatus.FAILED.value,
+                            "message": message,
+                            "report": report.to_dict(),
+                        }
                     )
                     return
                 if report.settled(self.wait_for_live):
-                    yield TriggerEvent({"status": "success", "report": report.to_dict()})
+                    yield TriggerEvent(
+                        {"status": RecoveryStatus.SUCCESS.value, "report": report.to_dict()}
+                    )
                     return
                 self.log.info(
                     "%s: %s; left %s; next round in %s s",

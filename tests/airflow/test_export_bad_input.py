@@ -72,6 +72,7 @@ def test_bad_input_fails_clearly_before_any_transaction_opens(
         with ledger.open() as store:
             store.begin(OTHER_EXPORT, "k", topic=topic, id_prefix="shared-prefix", num_partitions=1)
     dag = export_dag(**options)
+    asset_uri = export_asset(options["topic"]).uri  # while the Kafka connection exists
     if breaks:
         breaks(monkeypatch, tmp_path)
 
@@ -102,7 +103,7 @@ def test_bad_input_fails_clearly_before_any_transaction_opens(
     else:
         assert case == "ledger connection"
     assert protocol.list_transactions(prefix=prefix) == []
-    assert dagtest.asset_events(export_asset(options["topic"]).uri) == []
+    assert dagtest.asset_events(asset_uri) == []
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "2"])
@@ -122,10 +123,11 @@ def test_num_partitions_below_one_is_refused_when_the_dag_is_defined(bad, export
     assert not export_env.path.exists()  # the ledger was never opened
 
 
-def test_unknown_option_and_malformed_source_are_refused_when_the_dag_is_defined(export_env):
+def test_misspelt_option_and_malformed_source_are_refused_when_the_dag_is_defined(export_env):
     from airflow.sdk import DAG
 
-    with DAG("malformed", schedule=None), pytest.raises(TypeError, match="unknown option"):
+    misspelt = "unexpected keyword argument 'partitions'"
+    with DAG("malformed", schedule=None), pytest.raises(TypeError, match=misspelt):
         kafka_exactly_once_export(
             "export", source={"sql": "SELECT 1"}, topic="t", num_partitions=1, partitions=2
         )

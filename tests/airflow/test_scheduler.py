@@ -62,6 +62,29 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 FINAL = ("success", "failed")
 RUN_TIMEOUT_S = 420
 
+DOWNSTREAM_ID = "orders_downstream"
+#: A consumer's DAG, scheduled on the topic's asset built the official Kafka provider's way
+#: (``create_asset(server=..., topic=...)``), knowing nothing of this provider.
+DOWNSTREAM_DAG = '''
+"""Downstream: runs when the export's commit emits the topic's asset."""
+import os
+
+from airflow.providers.apache.kafka.assets.kafka import create_asset
+from airflow.sdk import DAG, task
+
+ORDERS = create_asset(
+    server=os.environ["DOWNSTREAM_BOOTSTRAP_SERVER"], topic=os.environ["KAFKA2PC_ORDERS_TOPIC"]
+)
+
+with DAG("orders_downstream", schedule=[ORDERS], catchup=False):
+
+    @task
+    def read_committed_orders():
+        print("committed orders are there")
+
+    read_committed_orders()
+'''
+
 CANARY_DAG = '''
 """Canary: a task that opens the metadata DB through the ORM, as no provider task may."""
 from airflow.sdk import DAG, task
@@ -159,12 +182,12 @@ class Deployment:
                 raise AssertionError(f"timed out waiting for {what}; {self.diagnostics()}")
             time.sleep(2)
 
-    def runs(self, run_type: str | None = None) -> list[dict[str, Any]]:
+    def runs(self, run_type: str | None = None, dag_id: str = DAG_ID) -> list[dict[str, Any]]:
         sql = (
             "SELECT run_id, run_type, state, data_interval_start, data_interval_end, "
             "start_date, end_date FROM dag_run WHERE dag_id = %s"
         )
-        params: list[Any] = [DAG_ID]
+        params: list[Any] = [dag_id]
         if run_type:
             sql += " AND run_type = %s"
             params.append(run_type)
@@ -222,6 +245,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, broker_pool: Any) -> It
     dags.mkdir()
     shutil.copy(DAG_FILE, dags / DAG_FILE.name)
     (dags / f"{CANARY_ID}.py").write_text(CANARY_DAG)
+    (dags / f"{DOWNSTREAM_ID}.py").write_text(DOWNSTREAM_DAG)
     suffix = uuid.uuid4().hex[:8]
     topic = f"orders-{suffix}"
     with KafkaProtocol({"bootstrap.servers": bootstrap}) as protocol:
@@ -272,6 +296,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, broker_pool: Any) -> It
                 # The example DAG's knobs: this topic, a small day, the ledger above, and a
                 # start date one day back, so catchup schedules exactly one interval.
                 "KAFKA2PC_ORDERS_TOPIC": topic,
+                "DOWNSTREAM_BOOTSTRAP_SERVER": bootstrap.split(",")[0],
                 "KAFKA2PC_ORDERS_ROWS": str(ROWS),
                 "KAFKA2PC_ORDERS_PARTITIONS": str(PARTITIONS),
                 "KAFKA2PC_ORDERS_LEDGER_CONN_ID": "kafka2pc_ledger",
@@ -373,6 +398,7 @@ def max_overlap(runs: list[dict[str, Any]]) -> int:
 def test_scheduled_run_is_exactly_once(deployment: Deployment) -> None:
     """Unpaused with catchup, the scheduler runs the one interval since the start date."""
     started = time.monotonic()
+    deployment.airflow("dags", "unpause", DOWNSTREAM_ID)
     deployment.airflow("dags", "unpause", DAG_ID)
     interval_start = deployment.today - timedelta(days=1)
 
@@ -399,6 +425,12 @@ def test_scheduled_run_is_exactly_once(deployment: Deployment) -> None:
     )
     assert_topic_exactly_once(deployment, deployment.runs("scheduled"))
     assert_no_orm_access(deployment, [run])
+    # The commit's asset event is the official provider's asset: a consumer's DAG runs.
+    downstream = lambda: deployment.runs("asset_triggered", dag_id=DOWNSTREAM_ID)  # noqa: E731
+    deployment.wait_for(
+        lambda: any(r["state"] in FINAL for r in downstream()), "the downstream DAG's run"
+    )
+    assert [r["state"] for r in downstream()][:1] == ["success"], deployment.diagnostics()
     print(f"scheduled run: {time.monotonic() - started:.1f} s from unpause to verified")
 
 

@@ -22,7 +22,7 @@ reports exactly what a real run would do.
 
 from .discovery import Discovery, OpenTransaction, discover
 from .report import RecoveryReport
-from .rounds import check_ownership, recover
+from .rounds import check_ownership, export_prefixes, recover
 
 __all__ = [
     "Discovery",
@@ -30,5 +30,6 @@ __all__ = [
     "RecoveryReport",
     "check_ownership",
     "discover",
+    "export_prefixes",
     "recover",
 ]

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ... import defaults
 from ...errors import UnsupportedError
 from ...ledger import Ledger
 from ...transaction import naming
@@ -23,8 +24,6 @@ from ...transaction.protocol import ApiKey, KafkaProtocol
 log = logging.getLogger(__name__)
 
 ONGOING = CoordinatorTxnState.ONGOING
-#: How long to wait for a transaction the coordinator is already ending (Prepare*).
-DEFAULT_SETTLE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ def discover(
     ledger: Ledger,
     id_prefix: str,
     *,
-    settle_s: float = DEFAULT_SETTLE_S,
+    settle_s: float = defaults.SETTLE_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Discovery:
     """Open transactions whose id is ``<id_prefix>-<slot>``.

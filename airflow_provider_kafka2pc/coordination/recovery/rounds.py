@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from ... import defaults
 from ...errors import (
     ConflictError,
     ConnectionLostError,
@@ -15,12 +16,12 @@ from ...errors import (
     TransactionInDoubtError,
     VerdictMismatchError,
 )
-from ...ledger import Lease, Ledger, ParticipantState, Verdict
+from ...ledger import BatchKey, Lease, Ledger, ParticipantState, Verdict
 from ...transaction import naming
 from ...transaction.controller import Outcome, TransactionController
 from ...transaction.protocol import KafkaProtocol
-from ..finish import FENCE_TIMEOUT_MS, Coordinator, Finished
-from .discovery import DEFAULT_SETTLE_S, OpenTransaction, discover
+from ..finish import Coordinator, Finished
+from .discovery import OpenTransaction, discover
 from .report import RecoveryReport
 from .rules import BatchAction, BatchPlan, TransactionAction, TransactionPlan, classify, plan
 
@@ -48,6 +49,20 @@ def plans(
     ]
 
 
+def export_prefixes(ledger: Ledger, export_id: str, id_prefix: str | None) -> list[str]:
+    """The transactional-id prefixes to search for ``export_id``'s open transactions.
+
+    An explicit prefix wins. Otherwise: the prefixes of its in-doubt batches, and the one
+    :func:`~airflow_provider_kafka2pc.transaction.naming.default_prefix` derives from the
+    export id (what ``kafka_exactly_once_export`` uses unless told otherwise); a prefix the
+    ledger never leased an id under is skipped by the round itself.
+    """
+    if id_prefix:
+        return [id_prefix]
+    seen = [batch.id_prefix for batch in ledger.in_doubt(export_id)]
+    return list(dict.fromkeys([*seen, naming.default_prefix(export_id)]))
+
+
 def check_ownership(ledger: Ledger, export_id: str, id_prefix: str) -> list[Lease]:
     """The prefix's leases; refuses a prefix whose ids another export holds right now."""
     leases = ledger.leases(id_prefix)
@@ -58,6 +73,10 @@ def check_ownership(ledger: Ledger, export_id: str, id_prefix: str) -> list[Leas
             "nothing was touched; recover it as that export"
         )
     return leases
+
+
+#: What recovery does to a transaction itself (the others leave it to someone).
+_ACTS = (TransactionAction.COMMIT, TransactionAction.ABORT, TransactionAction.FENCE)
 
 
 def recover(
@@ -71,7 +90,7 @@ def recover(
     own_run_key: str | None = None,
     now: datetime | None = None,
     dry_run: bool = False,
-    settle_s: float = DEFAULT_SETTLE_S,
+    settle_s: float = defaults.SETTLE_S,
 ) -> RecoveryReport:
     """One recovery round over ``export_id``: its in-doubt batches and its open transactions.
 
@@ -82,6 +101,42 @@ def recover(
     now = now or datetime.now(UTC)
     id_prefixes = [naming.validate_prefix(p) for p in dict.fromkeys(id_prefixes)]
     report = RecoveryReport(export_id, list(id_prefixes), dry_run=dry_run)
+    found, searched = discover_all(report, protocol, ledger, export_id, id_prefixes, settle_s)
+    batch_plans, txn_plans = plan_round(
+        ledger,
+        export_id,
+        found,
+        searched,
+        own_run_key=own_run_key,
+        now=now,
+        grace_period=grace_period,
+    )
+    _report_plans(report, batch_plans, txn_plans, now)
+    if dry_run:
+        for bp in batch_plans:
+            if bp.acts:
+                report.planned[str(bp.key)] = f"finish {bp.verdict.value}: {bp.why}"
+        for tp in txn_plans:
+            if tp.action in _ACTS:
+                report.planned[tp.txn.transactional_id] = f"{tp.action.value}: {tp.why}"
+        return report
+    act_round(report, protocol, controller, ledger, batch_plans, txn_plans)
+    if found:
+        _verify(report, protocol, ledger, searched, txn_plans, settle_s)
+    log.info("recovery of %s: %s", export_id, report.summary())
+    return report
+
+
+def discover_all(
+    report: RecoveryReport,
+    protocol: KafkaProtocol,
+    ledger: Ledger,
+    export_id: str,
+    id_prefixes: Sequence[str],
+    settle_s: float,
+) -> tuple[list[OpenTransaction], list[str]]:
+    """What is open under each of the export's prefixes; returns it and the prefixes searched
+    (a prefix the ledger never leased an id under is not this export's to search)."""
     found: list[OpenTransaction] = []
     searched: list[str] = []
     for prefix in id_prefixes:
@@ -95,9 +150,25 @@ def recover(
         report.discovery[prefix] = discovery.method
         found.extend(discovery.transactions)
         searched.append(prefix)
+    return found, searched
 
-    steps = plans(ledger, export_id, own_run_key=own_run_key, now=now, grace_period=grace_period)
-    holders = {tid: step for step in steps for tid in step.batch.transactional_ids}
+
+def plan_round(
+    ledger: Ledger,
+    export_id: str,
+    found: Sequence[OpenTransaction],
+    searched: Sequence[str],
+    *,
+    own_run_key: str | None,
+    now: datetime,
+    grace_period: timedelta,
+) -> tuple[list[BatchPlan], list[TransactionPlan]]:
+    """The rules (:mod:`.rules`) applied to the ledger's in-doubt batches and to what was
+    found open; acts on nothing."""
+    batch_plans = plans(
+        ledger, export_id, own_run_key=own_run_key, now=now, grace_period=grace_period
+    )
+    holders = {tid: bp for bp in batch_plans for tid in bp.batch.transactional_ids}
     leases = {lease.transactional_id: lease for p in searched for lease in ledger.leases(p)}
     txn_plans = [
         classify(
@@ -110,8 +181,54 @@ def recover(
         )
         for txn in found
     ]
+    return batch_plans, txn_plans
+
+
+def act_round(
+    report: RecoveryReport,
+    protocol: KafkaProtocol,
+    controller: TransactionController,
+    ledger: Ledger,
+    batch_plans: Sequence[BatchPlan],
+    txn_plans: Sequence[TransactionPlan],
+) -> None:
+    """Do what the plans say: fence strangers, finish batches by their verdicts, fence
+    what was aborted."""
+    coordinator = Coordinator(ledger, controller)
+    # Strangers first: an id has one open transaction at a time, so a stranger's being open
+    # means the committable's own transaction has ended already; fencing changes nothing
+    # for it, and the batch's commit then reads its true outcome from the log.
+    for tp in txn_plans:
+        if tp.action is TransactionAction.FENCE:
+            _fence_checked(report, protocol, controller, ledger, tp)
+    finished: dict[BatchKey, Finished] = {}
+    for bp in batch_plans:
+        if bp.acts:
+            result = _finish_batch(report, coordinator, bp)
+            if result is not None:
+                finished[bp.key] = result
+    for tp in txn_plans:
+        tid = tp.txn.transactional_id
+        done = finished.get(tp.batch_key) if tp.batch_key else None
+        if tp.action is TransactionAction.ABORT and done is not None and tid not in done.fenced:
+            # Abort + fence: the epoch bump stops a zombie writer from going on.
+            _fence(report, controller, tid, f"after the abort of {tp.batch_key}")
+
+
+def _report_plans(
+    report: RecoveryReport,
+    batch_plans: Sequence[BatchPlan],
+    txn_plans: Sequence[TransactionPlan],
+    now: datetime,
+) -> None:
+    """What was found and what is planned for it, in the report and the log."""
     report.found = [
-        {**tp.txn.to_dict(now), "holder": tp.holder, "action": tp.act.value, "why": tp.why}
+        {
+            **tp.txn.to_dict(now),
+            "holder": _shown(tp.batch_key),
+            "action": tp.action.value,
+            "why": tp.why,
+        }
         for tp in txn_plans
     ]
     for tp in txn_plans:
@@ -121,63 +238,27 @@ def recover(
             tp.txn.state,
             tp.txn.producer_id,
             tp.txn.producer_epoch,
-            tp.holder or "no batch",
-            tp.act.value,
+            tp.batch_key or "no batch",
+            tp.action.value,
             tp.why,
         )
-    _settle_plans(report, steps, txn_plans)
-    if dry_run:
-        for step in steps:
-            if step.acts:
-                report.planned[step.label] = f"finish {step.verdict.value}: {step.why}"
-        for tp in txn_plans:
-            if tp.act in (
-                TransactionAction.COMMIT,
-                TransactionAction.ABORT,
-                TransactionAction.FENCE,
-            ):
-                report.planned[tp.txn.transactional_id] = f"{tp.act.value}: {tp.why}"
-        return report
-
-    coordinator = Coordinator(ledger, controller)
-    # Strangers first: an id has one open transaction at a time, so a stranger's being open
-    # means the committable's own transaction has ended already; fencing changes nothing
-    # for it, and the batch's commit then reads its true outcome from the log.
-    for tp in txn_plans:
-        if tp.act is TransactionAction.FENCE:
-            _fence_checked(report, protocol, controller, ledger, tp)
-    finished: dict[str, Finished] = {}
-    for step in steps:
-        if step.acts:
-            result = _finish_batch(report, coordinator, step)
-            if result is not None:
-                finished[step.label] = result
-    for tp in txn_plans:
-        tid = tp.txn.transactional_id
-        done = finished.get(tp.holder or "")
-        if tp.act is TransactionAction.ABORT and done is not None and tid not in done.fenced:
-            # Abort + fence: the epoch bump stops a zombie writer from going on.
-            _fence(report, controller, tid, f"after the abort of {tp.holder}")
-    if found:
-        _verify(report, protocol, ledger, searched, txn_plans, settle_s)
-    log.info("recovery of %s: %s", export_id, report.summary())
-    return report
+    _settle_plans(report, batch_plans, txn_plans)
 
 
 def _settle_plans(
-    report: RecoveryReport, steps: Sequence[BatchPlan], txn_plans: Sequence[TransactionPlan]
+    report: RecoveryReport, batch_plans: Sequence[BatchPlan], txn_plans: Sequence[TransactionPlan]
 ) -> None:
     """Record what is left alone (live or own) before acting."""
-    for step in steps:
-        if step.step is BatchAction.OWN:
-            report.own[step.label] = step.why
-        elif step.step is BatchAction.LIVE:
-            report.leave(step.label, step.why, live=True)
+    for bp in batch_plans:
+        if bp.action is BatchAction.OWN:
+            report.own[str(bp.key)] = bp.why
+        elif bp.action is BatchAction.LIVE:
+            report.leave(str(bp.key), bp.why, live=True)
     for tp in txn_plans:
         tid = tp.txn.transactional_id
-        if tp.act is TransactionAction.OWN:
-            report.own[tid] = f"{tp.holder}: {tp.why}"
-        elif tp.act is TransactionAction.LEAVE:
+        if tp.action is TransactionAction.OWN:
+            report.own[tid] = f"{tp.batch_key}: {tp.why}"
+        elif tp.action is TransactionAction.LEAVE:
             report.leave(tid, tp.why, live=tp.live)
 
 
@@ -192,7 +273,7 @@ def _fence_checked(
     txn = tp.txn
     tid = txn.transactional_id
     try:
-        if tp.holder is None:
+        if tp.batch_key is None:
             leases = ledger.leases(naming.prefix_of(tid))
             lease = next((x for x in leases if x.transactional_id == tid), None)
             if lease is not None and lease.leased:
@@ -219,7 +300,7 @@ def _fence_checked(
 
 def _fence(report: RecoveryReport, controller: TransactionController, tid: str, why: str) -> None:
     try:
-        result = controller.fence(tid, FENCE_TIMEOUT_MS)
+        result = controller.fence(tid, defaults.FENCE_TIMEOUT_MS)
     except (ConnectionLostError, TransactionInDoubtError) as exc:
         report.leave(tid, f"fence failed, retried next round: {exc}")
         return
@@ -230,16 +311,16 @@ def _fence(report: RecoveryReport, controller: TransactionController, tid: str, 
 
 
 def _finish_batch(
-    report: RecoveryReport, coordinator: Coordinator, step: BatchPlan
+    report: RecoveryReport, coordinator: Coordinator, bp: BatchPlan
 ) -> Finished | None:
     """Finish one batch by its verdict; outcomes go into the report per participant."""
-    label = step.label
-    log.info("recovering %s (%s): %s", label, step.batch.state.value, step.why)
+    label = str(bp.key)
+    log.info("recovering %s (%s): %s", label, bp.batch.state.value, bp.why)
     try:
-        finished = _resolve(coordinator, step)
+        finished = _resolve(coordinator, bp)
     except ParticipantLostError as exc:
         report.failed[label] = str(exc)
-        _record_outcomes(report, coordinator.ledger, step)
+        _record_outcomes(report, coordinator.ledger, bp)
         return None
     except VerdictMismatchError as exc:
         report.failed[label] = str(exc)
@@ -265,21 +346,21 @@ def _finish_batch(
     return finished
 
 
-def _record_outcomes(report: RecoveryReport, ledger: Ledger, step: BatchPlan) -> None:
+def _record_outcomes(report: RecoveryReport, ledger: Ledger, bp: BatchPlan) -> None:
     """After a failed commit: which participants did commit (the others are in ``failed``)."""
-    for p in ledger.participants(step.batch.export_id, step.batch.run_key):
+    for p in ledger.participants(bp.batch.export_id, bp.batch.run_key):
         if p.state is ParticipantState.COMMITTED:
-            report.committed[p.transactional_id] = f"{p.reason} ({step.label})"
+            report.committed[p.transactional_id] = f"{p.reason} ({bp.key})"
 
 
-def _resolve(coordinator: Coordinator, step: BatchPlan) -> Finished:
-    batch = step.batch
-    if step.step is BatchAction.DECIDE_ABORT:
-        reason = f"recovery: {step.why}"
+def _resolve(coordinator: Coordinator, bp: BatchPlan) -> Finished:
+    batch = bp.batch
+    if bp.action is BatchAction.DECIDE_ABORT:
+        reason = f"recovery: {bp.why}"
         batch = coordinator.ledger.decide(batch.export_id, batch.run_key, Verdict.ABORT, reason)
     if batch.verdict is Verdict.COMMIT:
         return coordinator.commit(batch.export_id, batch.run_key)
-    return coordinator.abort(batch.export_id, batch.run_key, f"recovery: {step.why}")
+    return coordinator.abort(batch.export_id, batch.run_key, f"recovery: {bp.why}")
 
 
 def _verify(
@@ -291,11 +372,7 @@ def _verify(
     settle_s: float,
 ) -> None:
     """Ask the broker again: whatever this round acted on must no longer be open."""
-    acted = {
-        tp.txn.transactional_id: tp
-        for tp in txn_plans
-        if tp.act in (TransactionAction.COMMIT, TransactionAction.ABORT, TransactionAction.FENCE)
-    }
+    acted = {tp.txn.transactional_id: tp for tp in txn_plans if tp.action in _ACTS}
     for prefix in prefixes:
         for txn in discover(protocol, ledger, prefix, settle_s=settle_s).transactions:
             tid = txn.transactional_id
@@ -305,7 +382,7 @@ def _verify(
             if not txn.known:
                 continue  # nothing to compare on such a broker
             if txn.identity == tp.txn.identity:
-                report.leave(tid, f"still {txn.state} after {tp.act.value}")
+                report.leave(tid, f"still {txn.state} after {tp.action.value}")
             else:
                 why = f"a new transaction opened during recovery (pid {txn.producer_id})"
                 report.leave(tid, why, live=True)
@@ -313,3 +390,7 @@ def _verify(
 
 def _state(txn: OpenTransaction | None) -> str:
     return "unknown to the coordinator" if txn is None else txn.state
+
+
+def _shown(key: BatchKey | None) -> str | None:
+    return None if key is None else str(key)

@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ...ledger import Batch, BatchState, Lease, Participant, ParticipantState, Verdict
-from ..decision import earliest_deadline_ms
+from ...ledger import Batch, BatchKey, BatchState, Lease, Participant, ParticipantState, Verdict
+from ...ledger.store import earliest_deadline_ms
 from .discovery import OpenTransaction
 
 
 class BatchAction(enum.Enum):
+    """What recovery does with one in-doubt batch."""
+
     LIVE = "live"  # another run is working on it: leave it
     OWN = "own"  # this run's own batch: its prepare/decide/commit carry it on
     FINISH = "finish"  # a verdict is recorded: finish it
@@ -26,23 +28,25 @@ class BatchAction(enum.Enum):
 
 @dataclass(frozen=True)
 class BatchPlan:
+    """An in-doubt batch, what recovery does with it, and why."""
+
     batch: Batch
-    step: BatchAction
+    action: BatchAction
     why: str
     participants: tuple[Participant, ...] = ()
 
     @property
-    def label(self) -> str:
-        return f"{self.batch.export_id}/{self.batch.run_key}"
+    def key(self) -> BatchKey:
+        return self.batch.key
 
     @property
     def acts(self) -> bool:
-        return self.step in (BatchAction.FINISH, BatchAction.DECIDE_ABORT)
+        return self.action in (BatchAction.FINISH, BatchAction.DECIDE_ABORT)
 
     @property
     def verdict(self) -> Verdict | None:
         """The verdict this plan finishes the batch by (ABORT for DECIDE_ABORT)."""
-        return Verdict.ABORT if self.step is BatchAction.DECIDE_ABORT else self.batch.verdict
+        return Verdict.ABORT if self.action is BatchAction.DECIDE_ABORT else self.batch.verdict
 
     def participant(self, transactional_id: str) -> Participant | None:
         return next((p for p in self.participants if p.transactional_id == transactional_id), None)
@@ -83,6 +87,8 @@ def plan(
 
 
 class TransactionAction(enum.Enum):
+    """What recovery does with one transaction open on the broker."""
+
     COMMIT = "commit"  # its batch's COMMIT verdict commits it (stored producer id/epoch)
     ABORT = "abort"  # its batch is finished ABORT: aborted, then its id fenced
     FENCE = "fence"  # InitProducerId on its id aborts it
@@ -92,11 +98,13 @@ class TransactionAction(enum.Enum):
 
 @dataclass(frozen=True)
 class TransactionPlan:
+    """An open transaction, what recovery does with it, and why."""
+
     txn: OpenTransaction
-    act: TransactionAction
+    action: TransactionAction
     why: str
-    #: The batch that holds the id ("export/run key"), None when no ledger record does.
-    holder: str | None = None
+    #: The batch that holds the id, None when no ledger record does.
+    batch_key: BatchKey | None = None
     #: Left because a live run may still finish it (not because something failed).
     live: bool = False
 
@@ -130,32 +138,32 @@ def classify(
             return TransactionPlan(txn, TransactionAction.LEAVE, why, live=True)
         why = f"{record}; open for {_span(age)} (grace period {_span(grace_period)})"
         return TransactionPlan(txn, TransactionAction.FENCE, why)
-    label = holder.label
-    if holder.step is BatchAction.OWN:
-        return TransactionPlan(txn, TransactionAction.OWN, holder.why, label)
-    if holder.step is BatchAction.LIVE:
-        return TransactionPlan(txn, TransactionAction.LEAVE, holder.why, label, live=True)
+    key = holder.key
+    if holder.action is BatchAction.OWN:
+        return TransactionPlan(txn, TransactionAction.OWN, holder.why, key)
+    if holder.action is BatchAction.LIVE:
+        return TransactionPlan(txn, TransactionAction.LEAVE, holder.why, key, live=True)
     if holder.verdict is Verdict.ABORT:
-        return TransactionPlan(txn, TransactionAction.ABORT, f"batch {label}: {holder.why}", label)
+        return TransactionPlan(txn, TransactionAction.ABORT, f"batch {key}: {holder.why}", key)
     part = holder.participant(tid)
     if part is None:
-        why = f"batch {label} has a COMMIT verdict but no committable for {tid}: not ours"
-        return TransactionPlan(txn, TransactionAction.FENCE, why, label)
+        why = f"batch {key} has a COMMIT verdict but no committable for {tid}: not ours"
+        return TransactionPlan(txn, TransactionAction.FENCE, why, key)
     recorded = (part.committable.producer_id, part.committable.producer_epoch)
     if part.state is not ParticipantState.PREPARED:
         why = (
-            f"batch {label}: its participant is already {part.state.value}; this later "
+            f"batch {key}: its participant is already {part.state.value}; this later "
             f"transaction (pid {txn.producer_id}, epoch {txn.producer_epoch}) is not ours"
         )
-        return TransactionPlan(txn, TransactionAction.FENCE, why, label)
+        return TransactionPlan(txn, TransactionAction.FENCE, why, key)
     if txn.known and txn.identity != recorded:
         why = (
-            f"batch {label}: open as pid {txn.producer_id} epoch {txn.producer_epoch}, but "
+            f"batch {key}: open as pid {txn.producer_id} epoch {txn.producer_epoch}, but "
             f"the recorded committable is pid {recorded[0]} epoch {recorded[1]}: not ours "
             "to commit"
         )
-        return TransactionPlan(txn, TransactionAction.FENCE, why, label)
-    return TransactionPlan(txn, TransactionAction.COMMIT, f"batch {label}: {holder.why}", label)
+        return TransactionPlan(txn, TransactionAction.FENCE, why, key)
+    return TransactionPlan(txn, TransactionAction.COMMIT, f"batch {key}: {holder.why}", key)
 
 
 def _span(delta: timedelta) -> str:

@@ -1,6 +1,7 @@
 """The prepare application as the prepare operator drives it, free of Airflow.
 
-Its command-line source options, which spark-submit to run, what its manifest must hold,
+Its command-line source options, which spark-submit to run, the private settings file,
+what its manifest must hold,
 and the summary that goes to XCom (counts, ids and deadlines, never settings); and the
 same application as loss repair drives it (only the lost partitions, checked against the
 recorded counts).
@@ -8,27 +9,28 @@ recorded counts).
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import defaults
 from ..errors import ConfigurationError, Kafka2pcError, RepairImpossibleError
 from ..ledger import Batch, Participant
+from ..ledger.store import earliest_deadline_ms
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
-from ..transaction.writer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 #: Keys of ``source``: exactly one of the first three, plus the optional ones.
 SOURCE_KINDS = ("sql", "table", "path")
 SOURCE_OPTIONAL = ("format", "options", "filter")
-#: Spark settings for the prepare job unless the user says otherwise (WARN keeps the task
-#: log readable); the interpreter paths are filled in on the worker: the job's Python
-#: processes must import this package.
-DEFAULT_SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.log.level": "WARN"}
 
 
 def source_arguments(source: object) -> list[str]:
@@ -71,8 +73,9 @@ def local_path(uri: str) -> Path | None:
     return None
 
 
-def default_spark_binary() -> str:
-    """``spark-submit`` from PATH, else the one inside the installed pyspark."""
+def spark_submit_binary() -> str:
+    """``spark-submit`` from PATH, else the one inside the installed pyspark (a pip-installed
+    pyspark puts none on PATH, but ships one)."""
     found = shutil.which("spark-submit")
     if found:
         return found
@@ -81,6 +84,21 @@ def default_spark_binary() -> str:
     except ImportError:
         return "spark-submit"
     return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+@contextmanager
+def private_config_file(settings: Mapping[str, Any]) -> Iterator[Path]:
+    """``settings`` as JSON in a file only this user can read, removed afterwards: how
+    credentials reach the Spark job without showing on a command line."""
+    directory = Path(tempfile.mkdtemp(prefix="kafka2pc-conf-"))  # mode 0700
+    path = directory / "kafka.json"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(dict(settings), handle)
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def check_num_partitions(num_partitions: object) -> None:
@@ -96,7 +114,7 @@ def check_num_partitions(num_partitions: object) -> None:
 
 
 def committables_for(
-    prepared: Manifest, batch: Batch, timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    prepared: Manifest, batch: Batch, timeout_ms: int = defaults.TRANSACTION_TIMEOUT_MS
 ) -> list[Committable]:
     """One committable per leased id, in order; an empty source yields empty ones."""
     ids = list(batch.transactional_ids)
@@ -152,18 +170,9 @@ def repaired_committables(
 
 def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]:
     """What the prepare hands downstream through XCom: counts, ids, deadlines; no settings."""
-    deadlines = [
-        expires
-        for p in participants
-        if not p.committable.is_empty and (expires := p.committable.expires_at_ms) is not None
-    ]
-    earliest = min(deadlines) if deadlines else None
+    earliest = earliest_deadline_ms(participants)
     return {
-        "export_id": batch.export_id,
-        "run_key": batch.run_key,
-        "attempt": batch.attempt,
-        "state": batch.state.value,
-        "topic": batch.topic,
+        **batch.summary(),
         "source_rows": batch.source_rows,
         "records": sum(p.committable.record_count for p in participants),
         "participants": [

@@ -1,0 +1,32 @@
+"""The deployment knobs of the provider's ``[kafka2pc]`` configuration section.
+
+Declared in :func:`~airflow_provider_kafka2pc.get_provider_info.get_provider_info`; each
+falls back to :mod:`airflow_provider_kafka2pc.defaults`. Set them in ``airflow.cfg`` or
+as ``AIRFLOW__KAFKA2PC__GRACE_PERIOD_S`` and so on; an argument given to an operator or
+to the export wins over both.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk.configuration import conf
+
+from .. import defaults
+
+SECTION = "kafka2pc"
+
+
+def grace_period() -> timedelta:
+    seconds = conf.getfloat(
+        SECTION, "grace_period_s", fallback=defaults.GRACE_PERIOD.total_seconds()
+    )
+    return timedelta(seconds=seconds)
+
+
+def commit_margin_s() -> float:
+    return conf.getfloat(SECTION, "commit_margin_s", fallback=defaults.COMMIT_MARGIN_S)
+
+
+def transaction_timeout_ms() -> int:
+    return conf.getint(SECTION, "transaction_timeout_ms", fallback=defaults.TRANSACTION_TIMEOUT_MS)
