@@ -21,7 +21,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest --ignore=tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -20,7 +20,6 @@ rows apply a rule the README does not state.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from datetime import timedelta
 
 import pytest
@@ -29,7 +28,6 @@ from airflow_provider_kafka2pc.coordination.recovery.rules import (
     BatchAction,
     BatchPlan,
     TransactionAction,
-    TransactionPlan,
     classify,
     plan,
 )
@@ -83,13 +81,6 @@ KIP939_OLD = participants(P.PREPARED, P.PREPARED, started=NOW - timedelta(days=1
 #: Nothing was written a day ago: an empty committable opens no transaction, so no timeout.
 EMPTY_OLD = participants(P.PREPARED, P.PREPARED, started=NOW - timedelta(days=1), records=0)
 NONE: list[Participant] = []
-
-
-def unpacked(result: BatchPlan | TransactionPlan) -> tuple:
-    """A plan's fields in order, as ``rules.py`` builds them (positionally):
-    (batch, action, why, participants) and (txn, action, why, batch key, live). Read by
-    position, not name: the names are being renamed (step/act -> action, holder -> key)."""
-    return tuple(getattr(result, f.name) for f in fields(result))
 
 
 def _row(state, waiting, age, parts, action, why, id):
@@ -325,7 +316,7 @@ def test_recovery_plans_each_in_doubt_batch_by_its_state_verdict_age_and_run(
 ):
     result = plan(batch(state, age=age), parts, own_run_key=waiting, now=NOW, grace_period=GRACE)
 
-    _, got, reason, kept = unpacked(result)
+    got, reason, kept = result.action, result.why, result.participants
     assert got is action, reason
     assert why in reason
     assert kept == tuple(parts)
@@ -667,7 +658,8 @@ def test_recovery_classifies_each_open_transaction_by_its_holder_lease_state_and
 ):
     result = classify(txn, holds, lease_, export_id=EXPORT, now=NOW, grace_period=GRACE)
 
-    judged, got, reason, key, left_live = unpacked(result)
+    judged, got, reason = result.txn, result.action, result.why
+    key, left_live = result.batch_key, result.live
     assert got is action, reason
     assert why in reason
     assert left_live is live
