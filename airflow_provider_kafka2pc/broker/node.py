@@ -36,7 +36,6 @@ _STARTED = "Kafka Server started"
 #: the ones that keep it small; ``config`` overrides any of them.
 BASE_CONFIG: dict[str, str] = {
     "process.roles": "broker,controller",
-    "node.id": "1",
     "controller.listener.names": "CONTROLLER",
     "inter.broker.listener.name": "PLAINTEXT",
     "num.partitions": "1",
@@ -96,6 +95,14 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (a base64 UUID that does not start with '-')."""
+    cluster_id = "-"
+    while cluster_id.startswith("-"):  # would be read as an option (Kafka's Uuid avoids it too)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -114,6 +121,13 @@ class KafkaBroker:
         SCRAM-SHA-512 (credentials stored at format time, so give them on first start).
     :param advertised_port: the client port to advertise instead of the real one, for a
         proxy in front of the broker (fault tests): every client then goes through it.
+    :param node_id: this node's KRaft id (one node of a cluster; 1 alone).
+    :param controller_port: the controller listener's port. Given, it is required: the
+        other voters of a quorum know this node by it, so it may not silently move.
+    :param quorum_voters: ``controller.quorum.voters`` of a multi-node quorum; this node
+        alone when None.
+    :param cluster_id: the id storage is formatted with; every node of a cluster shares
+        one. A fresh one when None.
     """
 
     SASL_MECHANISM = "SCRAM-SHA-512"
@@ -129,8 +143,16 @@ class KafkaBroker:
         cache_dir: Path | None = None,
         sasl_users: Mapping[str, str] | None = None,
         advertised_port: int | None = None,
+        node_id: int = 1,
+        controller_port: int | None = None,
+        quorum_voters: str | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self.version = version
+        self.node_id = node_id
+        self._requested_controller_port = controller_port
+        self._quorum_voters = quorum_voters
+        self._cluster_id = cluster_id
         self._sasl_users = dict(sasl_users or {})
         self._advertised_port = advertised_port
         self.sasl_port = 0
@@ -141,6 +163,8 @@ class KafkaBroker:
         self._heap_mb = heap_mb
         self._cache_dir = cache_dir
         self._process: subprocess.Popen[bytes] | None = None
+        self._logged_before = 0
+        self._launched_at = 0.0
         self.port = 0
         self.controller_port = 0
 
@@ -182,6 +206,15 @@ class KafkaBroker:
 
     def start(self, timeout_s: float = 90.0) -> KafkaBroker:
         """Fetch (once), format (once), start, and wait until the broker serves."""
+        self.launch()
+        return self.wait_started(timeout_s)
+
+    def launch(self) -> None:
+        """Fetch (once), format (once) and start the JVM without waiting for it to serve.
+
+        A node of a multi-node quorum serves only once a majority of controllers runs,
+        so a cluster launches every node before it waits for any (:meth:`wait_started`).
+        """
         lib = fetch_kafka(self.version, self._cache_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._pick_ports()
@@ -189,7 +222,7 @@ class KafkaBroker:
         classpath = str(lib / "*")
         if not (self.data_dir / "data" / "meta.properties").exists():
             self._format(classpath, properties)
-        logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.data_dir / "stdout.log", "ab") as out:
             self._process = subprocess.Popen(
                 [*self._java(classpath), "kafka.Kafka", str(properties)],
@@ -199,7 +232,13 @@ class KafkaBroker:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        started = time.monotonic()
+        self._launched_at = time.monotonic()
+
+    def wait_started(self, timeout_s: float = 90.0) -> KafkaBroker:
+        """Wait until the launched broker logs that it started and accepts connections."""
+        if self._process is None:
+            raise Kafka2pcError(f"Apache Kafka node {self.node_id} was not launched")
+        started = self._launched_at
         while time.monotonic() - started < timeout_s:
             if self._process.poll() is not None:
                 code = self._process.returncode
@@ -209,11 +248,12 @@ class KafkaBroker:
                     f"see {self.log_path} and {self.data_dir / 'stdout.log'}"
                     f"{self._tail()}"
                 )
-            if self._started_since(logged_before) and self._listening():
+            if self._started_since(self._logged_before) and self._listening():
                 log.info(
-                    "Apache Kafka %s serving at %s (pid %d, %.1f s, data %s)",
+                    "Apache Kafka %s serving at %s (node %d, pid %d, %.1f s, data %s)",
                     self.version,
                     self.bootstrap_servers,
+                    self.node_id,
                     self._process.pid,
                     time.monotonic() - started,
                     self.data_dir,
@@ -231,6 +271,12 @@ class KafkaBroker:
         self._signal(signal.SIGTERM, timeout_s)
         if self._temporary:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def request_stop(self) -> None:
+        """Send SIGTERM without waiting: a cluster stops its nodes together, because the
+        last node of a quorum cannot shut down cleanly once the others are gone."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         """``kill -9`` our own broker: a crash; the data directory stays for a restart."""
@@ -281,7 +327,13 @@ class KafkaBroker:
             return port
 
         self.port = pick("port", self._requested_port)
-        self.controller_port = pick("controller_port")
+        wanted = self._requested_controller_port
+        if wanted is not None and (wanted in taken or not _port_free(wanted)):
+            raise Kafka2pcError(
+                f"controller port {wanted} of Apache Kafka node {self.node_id} is taken; "
+                "the other voters of its quorum know the node by it"
+            )
+        self.controller_port = pick("controller_port", wanted)
         self.sasl_port = pick("sasl_port") if self._sasl_users else 0
         saved.write_text(
             json.dumps(
@@ -314,7 +366,9 @@ class KafkaBroker:
             )
         config.update(
             {
-                "controller.quorum.voters": f"1@{HOST}:{self.controller_port}",
+                "node.id": str(self.node_id),
+                "controller.quorum.voters": self._quorum_voters
+                or f"{self.node_id}@{HOST}:{self.controller_port}",
                 "listeners": ",".join(listeners),
                 "advertised.listeners": ",".join(advertised),
                 "listener.security.protocol.map": ",".join(protocols),
@@ -344,9 +398,7 @@ class KafkaBroker:
         ]
 
     def _format(self, classpath: str, properties: Path) -> None:
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # would be read as an option (Kafka's Uuid avoids it too)
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self._cluster_id or new_cluster_id()
         done = subprocess.run(
             [
                 *self._java(classpath),

@@ -1,0 +1,109 @@
+"""The three-node Apache Kafka cluster: started once per session, whole again after each test.
+
+Tests kill nodes for real (``kill -9``). Each test restarts what it killed; the
+``kafka_cluster`` fixture also restarts anything still down afterwards and waits until
+every partition is back in sync, so a failed test cannot leave the next one a
+degraded cluster.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaCluster
+from airflow_provider_kafka2pc.broker.cluster import (
+    TRANSACTION_STATE_TOPIC,
+    transaction_state_partition,
+)
+from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from tests.conftest import TEST_BROKER_CONFIG
+
+
+def _create_transaction_state_log(cluster: KafkaCluster, timeout_s: float = 60.0) -> None:
+    """The first FindCoordinator creates ``__transaction_state``; wait until it serves."""
+    deadline = time.monotonic() + timeout_s
+    with KafkaProtocol({"bootstrap.servers": cluster.bootstrap_servers}) as protocol:
+        while protocol.find_transaction_coordinator("warm-up")[0] != ErrorCode.NONE:
+            if time.monotonic() > deadline:
+                raise AssertionError("the transaction state log was not created")
+            time.sleep(0.2)
+    cluster.wait_healthy(max(1.0, deadline - time.monotonic()))
+
+
+@pytest.fixture(scope="session")
+def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(
+        DEFAULT_KAFKA_VERSION,
+        data_dir=tmp_path_factory.mktemp("cluster"),
+        config=TEST_BROKER_CONFIG,
+    )
+    cluster.start()
+    try:
+        _create_transaction_state_log(cluster)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def kafka_cluster(cluster_session: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The session's cluster, healthy; anything a test left down is restarted after it."""
+    cluster_session.wait_healthy(60)
+    yield cluster_session
+    for node_id in cluster_session.node_ids:
+        if node_id not in cluster_session.running():
+            cluster_session.restart(node_id, healthy=False)
+    cluster_session.wait_healthy(90)
+
+
+@pytest.fixture
+def cluster_bootstrap(kafka_cluster: KafkaCluster) -> str:
+    return kafka_cluster.bootstrap_servers
+
+
+@pytest.fixture
+def cluster_settings(cluster_bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": cluster_bootstrap}
+
+
+@pytest.fixture
+def cluster_topic(cluster_settings: dict[str, Any], kafka_cluster: KafkaCluster) -> str:
+    """A fresh 3-partition topic, replicated to all three nodes, every replica in sync."""
+    name = f"c-{uuid.uuid4().hex[:12]}"
+    with KafkaProtocol(cluster_settings, timeout_ms=10_000) as protocol:
+        protocol.create_topic(name, 3)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            parts = kafka_cluster.partitions(name)
+        except Exception:
+            parts = {}
+        if len(parts) == 3 and all(len(p.isr) == 3 and p.leader > 0 for p in parts.values()):
+            return name
+        assert time.monotonic() < deadline, f"topic {name} not in sync: {parts}"
+        time.sleep(0.1)
+
+
+def ids_coordinated_by(
+    cluster: KafkaCluster, node_id: int, count: int, prefix: str = "fo"
+) -> list[str]:
+    """``count`` fresh transactional ids whose coordinator is ``node_id``, so one kill
+    takes the coordinator of all of them."""
+    leaders = cluster.partitions(TRANSACTION_STATE_TOPIC)
+    found: list[str] = []
+    while len(found) < count:
+        tid = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        if leaders[transaction_state_partition(tid, len(leaders))].leader == node_id:
+            found.append(tid)
+    return found
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    began = time.monotonic()
+    result = fn()
+    return result, time.monotonic() - began
