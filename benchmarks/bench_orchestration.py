@@ -68,7 +68,7 @@ from airflow_provider_kafka2pc.demo import (
 from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF as SUBMIT_DEFAULT_CONF
 from airflow_provider_kafka2pc.spark.submit import submit_prepare
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
-from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
@@ -236,7 +236,7 @@ class Bench:
         )
         if done.returncode != 0:
             raise SystemExit(f"spark-submit failed; see {WORK_DIR / f'{run}.spark.log'}")
-        prepared = PreparedBatch.from_json(manifest.read_text())
+        prepared = Manifest.from_json(manifest.read_text())
         submitted = time.perf_counter()
         results = TransactionController(self.protocol).commit_all(prepared.committables)
         end = time.perf_counter()
