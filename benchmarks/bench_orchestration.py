@@ -68,8 +68,8 @@ from airflow_provider_kafka2pc.demo import (
 from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF as SUBMIT_DEFAULT_CONF
 from airflow_provider_kafka2pc.spark.submit import submit_prepare
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
-from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
 WORK_DIR = Path("/tmp/bench-orchestration")
