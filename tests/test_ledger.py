@@ -369,7 +369,7 @@ def test_outcomes_must_follow_the_verdict(ledger: Ledger, names: Names) -> None:
     with pytest.raises(IllegalTransitionError, match="not COMMIT_DECIDED"):
         ledger.record_outcome(names.export, run, tid, ParticipantState.COMMITTED, "wrong")
     ledger.record_outcome(names.export, run, tid, ParticipantState.LOST, "fenced")
-    with pytest.raises(IllegalTransitionError, match="only PREPARED or COMMIT_DECIDED"):
+    with pytest.raises(IllegalTransitionError, match="not COMMIT_DECIDED or PREPARED"):
         ledger.replace_participant(names.export, run, committable(tid, start_ms=5))
     with pytest.raises(NotFoundError, match="no participant"):
         ledger.record_outcome(names.export, run, "other-0", ParticipantState.ABORTED, "x")

@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from ..transaction.errors import ConfigurationError, Kafka2pcError
+from ..errors import ConfigurationError, Kafka2pcError
 from .distribution import DEFAULT_KAFKA_VERSION, major
 from .node import HOST, KafkaBroker, free_port, new_cluster_id
 

@@ -31,7 +31,12 @@ class BatchState(enum.StrEnum):
     @property
     def decided(self) -> bool:
         """A verdict is recorded (and holds until a new attempt begins)."""
-        return self in _DECIDED
+        return self in (
+            BatchState.COMMIT_DECIDED,
+            BatchState.ABORT_DECIDED,
+            BatchState.COMMITTED,
+            BatchState.ABORTED,
+        )
 
 
 class ParticipantState(enum.StrEnum):
@@ -58,7 +63,6 @@ class Verdict(enum.StrEnum):
 
 
 _B = BatchState
-_DECIDED = frozenset({_B.COMMIT_DECIDED, _B.ABORT_DECIDED, _B.COMMITTED, _B.ABORTED})
 
 BATCH_TRANSITIONS: Mapping[BatchState, frozenset[BatchState]] = MappingProxyType(
     {
@@ -84,11 +88,36 @@ PARTICIPANT_TRANSITIONS: Mapping[ParticipantState, frozenset[ParticipantState]] 
 )
 
 
+#: The moves that cross the two machines: a participant's outcome never contradicts its
+#: batch's verdict, and loss repair re-prepares only a batch still to be committed.
+PARTICIPANT_MOVES_NEED_BATCH: Mapping[
+    tuple[ParticipantState, ParticipantState], frozenset[BatchState]
+] = MappingProxyType(
+    {
+        (_P.PREPARED, _P.COMMITTED): frozenset({_B.COMMIT_DECIDED}),
+        (_P.PREPARED, _P.ABORTED): frozenset({_B.ABORT_DECIDED}),
+        (_P.LOST, _P.PREPARED): frozenset({_B.PREPARED, _B.COMMIT_DECIDED}),
+    }
+)
+
+
 def check_batch_move(batch: str, current: BatchState, target: BatchState) -> None:
     if target not in BATCH_TRANSITIONS[current]:
         raise IllegalTransitionError(batch, current, target)
 
 
-def check_participant_move(where: str, current: ParticipantState, target: ParticipantState) -> None:
+def check_participant_move(
+    where: str,
+    current: ParticipantState,
+    target: ParticipantState,
+    batch: BatchState | None = None,
+) -> None:
+    """Judge a participant's move by its table and, given its batch's state, by
+    :data:`PARTICIPANT_MOVES_NEED_BATCH`."""
     if target not in PARTICIPANT_TRANSITIONS[current]:
         raise IllegalTransitionError(where, current, target)
+    needs = PARTICIPANT_MOVES_NEED_BATCH.get((current, target))
+    if batch is not None and needs is not None and batch not in needs:
+        wanted = " or ".join(sorted(needs))
+        why = f"the batch is {batch}, not {wanted}"
+        raise IllegalTransitionError(where, current, target, why)

@@ -287,14 +287,7 @@ class Ledger:
             if part.state is state:
                 return part
             where = f"{label} participant {part.index} ({transactional_id})"
-            check_participant_move(where, part.state, state)
-            needs = {
-                ParticipantState.COMMITTED: BatchState.COMMIT_DECIDED,
-                ParticipantState.ABORTED: BatchState.ABORT_DECIDED,
-            }.get(state)
-            if needs is not None and row.state != needs:
-                why = f"the batch is {row.state}, not {needs}"
-                raise IllegalTransitionError(where, part.state, state, why)
+            check_participant_move(where, part.state, state, BatchState(row.state))
             return _participant_cas(conn, row, part, where, state, reason)
 
     def replace_participant(
@@ -309,10 +302,9 @@ class Ledger:
             if part.state is ParticipantState.PREPARED and part.committable == committable:
                 return part
             where = f"{label} participant {part.index} ({tid})"
-            check_participant_move(where, part.state, ParticipantState.PREPARED)
-            if row.state not in (BatchState.PREPARED, BatchState.COMMIT_DECIDED):
-                why = f"the batch is {row.state}; only PREPARED or COMMIT_DECIDED ones are repaired"
-                raise IllegalTransitionError(where, part.state, ParticipantState.PREPARED, why)
+            check_participant_move(
+                where, part.state, ParticipantState.PREPARED, BatchState(row.state)
+            )
             return _participant_cas(
                 conn,
                 row,
