@@ -11,6 +11,7 @@ second one stops writes. Nodes are killed (``kill -9``) and restarted one by one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import ElectionType, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ..errors import ConfigurationError, Kafka2pcError
@@ -268,12 +269,14 @@ class KafkaCluster:
         """Start a killed (or stopped) node again on its data and ports.
 
         With ``healthy`` (the default) it also waits until the node is back in every
-        partition's in-sync replicas, so the cluster can lose another node afterwards.
+        partition's in-sync replicas, so the cluster can lose another node afterwards,
+        and gives it back the leaderships it had (:meth:`balance_leaders`).
         """
         began = time.monotonic()
         self.node(node_id).restart(timeout_s)
         if healthy:
             self.wait_healthy(max(1.0, timeout_s - (time.monotonic() - began)))
+            self.balance_leaders(max(1.0, timeout_s - (time.monotonic() - began)))
         log.info("restarted Apache Kafka node %d (%.1f s)", node_id, time.monotonic() - began)
 
     def __enter__(self) -> KafkaCluster:
@@ -289,25 +292,36 @@ class KafkaCluster:
 
     # -- metadata -----------------------------------------------------------
 
-    def _client(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = AdminClient(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    # Refused connections to a killed node are expected here.
-                    "log_level": 0,
-                    "socket.connection.setup.timeout.ms": 2000,
-                }
-            )
-        return self._admin
+    def _client(self, node_id: int | None = None) -> AdminClient:
+        if node_id is None:
+            if self._admin is None:
+                self._admin = self._new_client(self.bootstrap_servers)
+            return self._admin
+        # Bootstrapped from one node only, its first metadata answer is that node's own.
+        return self._new_client(self.node(node_id).bootstrap_servers)
 
-    def partitions(self, topic: str, timeout_s: float = 5.0) -> dict[int, PartitionInfo]:
-        """Leader, replicas and ISR of each partition of ``topic``, as the cluster says now."""
+    @staticmethod
+    def _new_client(bootstrap: str) -> AdminClient:
+        return AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                # Refused connections to a killed node are expected here.
+                "log_level": 0,
+                "socket.connection.setup.timeout.ms": 2000,
+            }
+        )
+
+    def partitions(
+        self, topic: str, timeout_s: float = 5.0, *, node_id: int | None = None
+    ) -> dict[int, PartitionInfo]:
+        """Leader, replicas and ISR of each partition of ``topic``, as the cluster (or the
+        node ``node_id``, whose view of the metadata log may lag) says now."""
+        where = self.bootstrap_servers if node_id is None else self.node(node_id).bootstrap_servers
         try:
-            metadata = self._client().list_topics(topic, timeout=timeout_s)
+            metadata = self._client(node_id).list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
             raise Kafka2pcError(
-                f"no node of the cluster at {self.bootstrap_servers} answered a metadata "
+                f"no node of the cluster at {where} answered a metadata "
                 f"request for {topic!r} within {timeout_s} s ({exc.args[0].name()})"
             ) from None
         entry = metadata.topics.get(topic)
@@ -334,6 +348,65 @@ class KafkaCluster:
             int(self.config.get("transaction.state.log.num.partitions", "50")),
         )
         return self.leader(TRANSACTION_STATE_TOPIC, partition)
+
+    def wait_topic(self, topic: str, timeout_s: float = 30.0) -> dict[int, PartitionInfo]:
+        """Wait until every running node knows ``topic`` with a leader and all replicas in
+        sync for each partition.
+
+        Each node applies the metadata log on its own: right after a topic is created,
+        a client that asks a lagging node is told it does not exist.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            views: dict[int, Any] = {}
+            for node_id in self.running():
+                try:
+                    views[node_id] = self.partitions(topic, node_id=node_id)
+                except Kafka2pcError as exc:
+                    views[node_id] = str(exc)
+            if all(
+                isinstance(parts, dict)
+                and parts
+                and all(p.leader >= 0 and set(p.isr) == set(p.replicas) for p in parts.values())
+                for parts in views.values()
+            ):
+                return next(iter(views.values()))
+            if time.monotonic() >= deadline:
+                raise Kafka2pcError(
+                    f"topic {topic!r} not in sync on every node after {timeout_s:.0f} s: {views}"
+                )
+            time.sleep(0.1)
+
+    def unbalanced(self) -> list[str]:
+        """Partitions not led by their preferred (first) replica."""
+        metadata = self._client().list_topics(timeout=5.0)
+        return [
+            f"{name}-{p.id}: leader {p.leader}, preferred {p.replicas[0]}"
+            for name, topic in sorted(metadata.topics.items())
+            for p in topic.partitions.values()
+            if p.replicas and p.leader != p.replicas[0]
+        ]
+
+    def balance_leaders(self, timeout_s: float = 30.0) -> None:
+        """Give every partition back to its preferred replica (a preferred leader election).
+
+        A restarted node leads nothing until Kafka's own rebalance, minutes later
+        (``leader.imbalance.check.interval.seconds``); until then the coordinators and
+        leaders crowd on the nodes that never died, and the next kill hits them all.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            off = self.unbalanced()
+            if not off:
+                return
+            if time.monotonic() >= deadline:
+                raise Kafka2pcError(
+                    f"preferred leaders not back after {timeout_s:.0f} s: {'; '.join(off[:5])}"
+                )
+            # ELECTION_NOT_NEEDED for some partitions, or a node still catching up: look again.
+            with contextlib.suppress(KafkaException):
+                self._client().elect_leaders(ElectionType.PREFERRED, None).result()
+            time.sleep(0.2)
 
     def unhealthy(self) -> list[str]:
         """Why the cluster is not whole yet: nodes missing from the metadata, partitions

@@ -52,13 +52,16 @@ def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaC
 
 @pytest.fixture
 def kafka_cluster(cluster_session: KafkaCluster) -> Iterator[KafkaCluster]:
-    """The session's cluster, healthy; anything a test left down is restarted after it."""
+    """The session's cluster, healthy and led by the preferred replicas; anything a test
+    left down is restarted after it."""
     cluster_session.wait_healthy(60)
+    cluster_session.balance_leaders(30)
     yield cluster_session
     for node_id in cluster_session.node_ids:
         if node_id not in cluster_session.running():
             cluster_session.restart(node_id, healthy=False)
     cluster_session.wait_healthy(90)
+    cluster_session.balance_leaders(30)
 
 
 @pytest.fixture
@@ -77,16 +80,8 @@ def cluster_topic(cluster_settings: dict[str, Any], kafka_cluster: KafkaCluster)
     name = f"c-{uuid.uuid4().hex[:12]}"
     with KafkaProtocol(cluster_settings, timeout_ms=10_000) as protocol:
         protocol.create_topic(name, 3)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            parts = kafka_cluster.partitions(name)
-        except Exception:
-            parts = {}
-        if len(parts) == 3 and all(len(p.isr) == 3 and p.leader > 0 for p in parts.values()):
-            return name
-        assert time.monotonic() < deadline, f"topic {name} not in sync: {parts}"
-        time.sleep(0.1)
+    kafka_cluster.wait_topic(name)
+    return name
 
 
 def ids_coordinated_by(
@@ -95,6 +90,8 @@ def ids_coordinated_by(
     """``count`` fresh transactional ids whose coordinator is ``node_id``, so one kill
     takes the coordinator of all of them."""
     leaders = cluster.partitions(TRANSACTION_STATE_TOPIC)
+    if all(p.leader != node_id for p in leaders.values()):
+        raise AssertionError(f"node {node_id} coordinates nothing: {leaders}")
     found: list[str] = []
     while len(found) < count:
         tid = f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,179 @@
+"""Failovers on the real three-node cluster (issue 19), each ending with both witnesses.
+
+- The transaction coordinator of the prepared ids is killed -9 after the prepare; the
+  commit (``commit_all`` and ``kafka2pc commit``) finishes on the new coordinator.
+- The coordinator is killed in the middle of ``commit_all``, right after its first EndTxn
+  was answered; the rest finishes on the new coordinator.
+
+The victim is chosen so that it coordinates every id of the run and also leads a data
+partition: the commit meets a dead coordinator and a dead partition leader at once.
+Timings are printed (``-s``) as ``TIMING`` lines.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_kafka2pc.broker import KafkaCluster
+from airflow_provider_kafka2pc.transaction.committable import Committable
+from airflow_provider_kafka2pc.transaction.controller import (
+    Outcome,
+    RetryPolicy,
+    TransactionController,
+)
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from tests.conftest import assert_exactly_once, cli
+
+from .conftest import ids_coordinated_by
+
+pytestmark = pytest.mark.cluster
+
+ROWS = 1000
+#: The commit's overall deadline; the failover must fit well inside it.
+DEADLINE_S = 60.0
+
+
+def rows(start: int, count: int) -> Iterator[tuple[bytes, bytes]]:
+    for i in range(start, start + count):
+        yield (f"k{i}".encode(), f'{{"id": {i}, "payload": "{"x" * 80}"}}'.encode())
+
+
+def prepare(
+    settings: dict[str, Any], topic: str, ids: list[str], per_id: int = ROWS
+) -> list[Committable]:
+    """One open transaction per id, each touching every partition (keys spread by murmur2)."""
+    committables = [
+        TransactionalWriter(settings, tid, transaction_timeout_ms=120_000).write(
+            topic, rows(i * per_id, per_id)
+        )
+        for i, tid in enumerate(ids)
+    ]
+    for c in committables:
+        assert len(c.partitions) == 3, c
+    return committables
+
+
+def victim_coordinating_a_leader(
+    cluster: KafkaCluster, topic: str, count: int
+) -> tuple[int, list[str]]:
+    """The leader of partition 0, and ``count`` ids it coordinates."""
+    victim = cluster.leader(topic, 0)
+    return victim, ids_coordinated_by(cluster, victim, count)
+
+
+def witnesses(cluster: KafkaCluster, topic: str, committables: list[Committable], **expect: Any):
+    """Both witnesses, asked through every bootstrap server (some may be down)."""
+    bootstrap = cluster.bootstrap_servers
+    with KafkaProtocol({"bootstrap.servers": bootstrap}, timeout_ms=10_000) as protocol:
+        return assert_exactly_once(protocol, bootstrap, topic, *committables, **expect)
+
+
+def test_coordinator_killed_after_prepare_then_commit_all_finishes_on_the_new_one(
+    kafka_cluster, cluster_settings, cluster_topic
+):
+    victim, ids = victim_coordinating_a_leader(kafka_cluster, cluster_topic, 3)
+    committables = prepare(cluster_settings, cluster_topic, ids)
+
+    kafka_cluster.kill(victim)
+    killed = time.monotonic()
+    with KafkaProtocol(cluster_settings, timeout_ms=5_000) as protocol:
+        controller = TransactionController(protocol, RetryPolicy(deadline_s=DEADLINE_S))
+        results = controller.commit_all(committables)
+    commit_s = time.monotonic() - killed
+    print(f"\nTIMING commit_all after coordinator node {victim} killed: {commit_s:.1f} s")
+
+    assert [r.outcome for r in results] == [Outcome.COMMITTED] * 3, results
+    assert commit_s < DEADLINE_S
+    assert kafka_cluster.transaction_coordinator(ids[0]) != victim
+    # Witnessed while the victim is still down: the audit rides the failover too.
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+    kafka_cluster.restart(victim)
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+
+
+def test_coordinator_killed_after_prepare_then_the_commit_command_finishes(
+    kafka_cluster, cluster_settings, cluster_topic
+):
+    victim, ids = victim_coordinating_a_leader(kafka_cluster, cluster_topic, 3)
+    committables = prepare(cluster_settings, cluster_topic, ids)
+    document = json.dumps([c.to_dict() for c in committables])
+
+    kafka_cluster.kill(victim)
+    killed = time.monotonic()
+    done = cli(
+        "commit",
+        "-b",
+        kafka_cluster.bootstrap_servers,
+        "--timeout-ms",
+        "5000",
+        "--deadline-s",
+        str(DEADLINE_S),
+        "-",
+        stdin=document,
+    )
+    commit_s = time.monotonic() - killed
+    print(f"\nTIMING kafka2pc commit after coordinator node {victim} killed: {commit_s:.1f} s")
+
+    assert done.returncode == 0, (done.stdout, done.stderr[-3000:])
+    outcomes = [r["outcome"] for r in json.loads(done.stdout)["results"]]
+    assert outcomes == ["COMMITTED"] * 3, done.stdout
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+    kafka_cluster.restart(victim)
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+
+
+class KillAfterFirstEndTxn(KafkaProtocol):
+    """The seam: right after the coordinator answers the first EndTxn, ``kill`` runs.
+
+    The kill itself is real (``kill -9`` of the coordinator's JVM); only its moment is
+    chosen here, between two EndTxn calls of one ``commit_all``.
+    """
+
+    def __init__(self, settings: dict[str, Any], kill: Callable[[], None], **kw: Any) -> None:
+        super().__init__(settings, **kw)
+        self._kill: Callable[[], None] | None = kill
+        self.end_txn_answers: list[tuple[str, int, int]] = []
+
+    def end_txn(self, node: int, transactional_id: str, *args: Any, **kwargs: Any) -> int:
+        code = super().end_txn(node, transactional_id, *args, **kwargs)
+        self.end_txn_answers.append((transactional_id, node, code))
+        if self._kill is not None:
+            kill, self._kill = self._kill, None
+            kill()
+        return code
+
+
+def test_coordinator_killed_in_the_middle_of_commit_all(
+    kafka_cluster, cluster_settings, cluster_topic
+):
+    victim, ids = victim_coordinating_a_leader(kafka_cluster, cluster_topic, 3)
+    committables = prepare(cluster_settings, cluster_topic, ids)
+    killed: list[float] = []
+
+    def kill() -> None:
+        kafka_cluster.kill(victim)
+        killed.append(time.monotonic())
+
+    with KillAfterFirstEndTxn(cluster_settings, kill, timeout_ms=5_000) as protocol:
+        controller = TransactionController(protocol, RetryPolicy(deadline_s=DEADLINE_S))
+        results = controller.commit_all(committables)
+        answers = protocol.end_txn_answers
+    commit_s = time.monotonic() - killed[0]
+    print(
+        f"\nTIMING commit_all finished {commit_s:.1f} s after coordinator node {victim} "
+        f"was killed mid-commit; EndTxn answers {answers}"
+    )
+
+    assert killed, "the coordinator was never killed"
+    assert answers[0][1:] == (victim, 0), answers  # the first EndTxn went to the victim
+    assert {tid for tid, node, code in answers if node != victim and code == 0} >= set(ids[1:])
+    assert [r.outcome for r in results] == [Outcome.COMMITTED] * 3, results
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+    kafka_cluster.restart(victim)
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
