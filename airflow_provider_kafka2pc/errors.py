@@ -53,6 +53,23 @@ class ConnectionLostError(RetriableError):
     """The broker dropped the connection or did not answer in time."""
 
 
+class BrokerMovedError(RetriableError):
+    """The broker answered "not here" or "not yet": the partition's leader or the
+    transaction coordinator moved or is still loading (NOT_LEADER_OR_FOLLOWER,
+    NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...). Re-resolve it and ask again;
+    carries the Kafka error name."""
+
+    def __init__(self, message: str, error_name: str | None = None) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+
+
+class FailoverTimeoutError(ConnectionLostError, BrokerUnreachableError):
+    """A broker call found no usable answer through a failover before its deadline; the
+    message names the call, how long it was tried and the last error (which node or
+    address did not answer, or what it said). Retriable: the cluster may recover."""
+
+
 class UnsupportedError(PermanentError):
     """The broker does not offer the API this call needs."""
 
@@ -163,11 +180,13 @@ class SourceChangedError(PermanentError):
 
 __all__ = [
     "BrokerFetchError",
+    "BrokerMovedError",
     "BrokerUnreachableError",
     "CommittableError",
     "ConfigurationError",
     "ConflictError",
     "ConnectionLostError",
+    "FailoverTimeoutError",
     "IllegalTransitionError",
     "Kafka2pcError",
     "LedgerError",

@@ -17,11 +17,25 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import defaults
-from ..errors import ConnectionLostError, ProtocolError, TransactionInDoubtError
+from ..errors import (
+    BrokerMovedError,
+    ConnectionLostError,
+    FailoverTimeoutError,
+    ProtocolError,
+    TransactionInDoubtError,
+)
 from .committable import TRANSACTION_VERSION_KIP890, Committable
+from .failover import Failover, RetryPolicy
 from .log import LogReader, MarkerView, marker_views
 from .naming import validate_transactional_id
-from .protocol import ApiKey, ControlType, ErrorCode, TransactionProtocol, error_name
+from .protocol import (
+    COORDINATOR_MOVED,
+    ApiKey,
+    ControlType,
+    ErrorCode,
+    TransactionProtocol,
+    error_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +104,7 @@ _TERMINAL_FOR_EPOCH = {
     ErrorCode.PRODUCER_FENCED,
     ErrorCode.INVALID_PRODUCER_EPOCH,
 }
-_RETRIABLE_COORDINATOR = {
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.CONCURRENT_TRANSACTIONS,
-}
+_RETRIABLE_COORDINATOR = {*COORDINATOR_MOVED, ErrorCode.CONCURRENT_TRANSACTIONS}
 
 
 def classify_end_txn(code: int) -> EndTxnAction:
@@ -140,20 +149,6 @@ class Resolution:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded exponential backoff under an overall deadline."""
-
-    deadline_s: float = defaults.FINISH_DEADLINE_S
-    #: How long to wait for markers after an ambiguous answer before acting on it.
-    marker_grace_s: float = 5.0
-    initial_backoff_s: float = 0.05
-    max_backoff_s: float = 1.0
-
-    def backoff(self, attempt: int) -> float:
-        return min(self.max_backoff_s, self.initial_backoff_s * 2 ** max(0, attempt - 1))
-
-
-@dataclass(frozen=True)
 class FenceResult:
     transactional_id: str
     producer_id: int
@@ -162,6 +157,10 @@ class FenceResult:
 
 class TransactionController:
     """Commits, aborts and fences transactions through a :class:`TransactionProtocol`.
+
+    Every broker call rides a failover (:class:`~.failover.Failover`) within the
+    operation's deadline: a dead coordinator or partition leader is looked up again from
+    the surviving nodes until ``policy.deadline_s`` has passed.
 
     :param protocol: the broker connection (a scripted one in unit tests).
     :param policy: retry deadline and backoff.
@@ -179,7 +178,8 @@ class TransactionController:
         self._policy = policy or RetryPolicy()
         self._clock = clock
         self._sleep = sleep
-        self._reader = LogReader(protocol)
+        self._failover = Failover(self._policy, clock, sleep)
+        self._reader = LogReader(protocol, self._failover)
         self._coordinators: dict[str, int] = {}
 
     def commit(self, committable: Committable) -> Resolution:
@@ -215,10 +215,23 @@ class TransactionController:
                 reason = "no records were written, no transaction was opened"
                 run.resolve(i, Outcome.ended_by(result), reason, 0)
         todo = run.pending()
-        ends = self._reader.log_ends(p for i in todo for p in committables[i].partitions)
         deadline = self._clock() + self._policy.deadline_s
-        accepted = self._send_end_txns(run, todo, deadline)
-        self._verify_from_markers(run, accepted, ends, deadline)
+        try:
+            ends = self._reader.log_ends(
+                (p for i in todo for p in committables[i].partitions), deadline=deadline
+            )
+        except FailoverTimeoutError as exc:
+            raise FailoverTimeoutError(
+                f"{run.verb} of {run.ids(todo)} not begun, nothing changed: {exc}"
+            ) from exc
+        try:
+            accepted = self._send_end_txns(run, todo, deadline)
+            self._verify_from_markers(run, accepted, ends, deadline)
+        except FailoverTimeoutError as exc:
+            raise TransactionInDoubtError(
+                f"{run.verb} of {run.ids(run.pending())} unresolved: {exc}; the transactions "
+                "may still be open; retry later"
+            ) from exc
         return run.resolutions()
 
     def _send_end_txns(
@@ -245,10 +258,10 @@ class TransactionController:
         attempt = 0
         looked_back = False
         while accepted:
-            unmarked = self._resolve_fresh(run, accepted, ends)
+            unmarked = self._resolve_fresh(run, accepted, ends, deadline)
             if unmarked and not looked_back:
                 looked_back = True
-                self._look_back(run, accepted, unmarked, ends)
+                self._look_back(run, accepted, unmarked, ends, deadline)
             if not accepted:
                 return
             if self._clock() >= deadline:
@@ -261,12 +274,16 @@ class TransactionController:
             self._sleep(self._policy.backoff(attempt))
 
     def _resolve_fresh(
-        self, run: _Finishing, accepted: dict[int, int], ends: Mapping[tuple[str, int], int]
+        self,
+        run: _Finishing,
+        accepted: dict[int, int],
+        ends: Mapping[tuple[str, int], int],
+        deadline: float,
     ) -> list[int]:
         """Resolve what has a marker after the ends noted first; returns the indexes with
         no fresh marker at all (perhaps finished before)."""
         waiting = list(accepted)
-        fresh = self._markers([run.committables[i] for i in waiting], since=ends)
+        fresh = self._markers([run.committables[i] for i in waiting], deadline, since=ends)
         unmarked = []
         for i, view in zip(waiting, fresh, strict=True):
             if None not in view.markers:
@@ -283,6 +300,7 @@ class TransactionController:
         accepted: dict[int, int],
         unmarked: Sequence[int],
         ends: Mapping[tuple[str, int], int],
+        deadline: float,
     ) -> None:
         """Look for ``unmarked``'s markers over their whole ranges, once.
 
@@ -291,10 +309,14 @@ class TransactionController:
         before the ends noted first.
         """
         whole = dict(
-            zip(unmarked, self._markers([run.committables[i] for i in unmarked]), strict=True)
+            zip(
+                unmarked,
+                self._markers([run.committables[i] for i in unmarked], deadline),
+                strict=True,
+            )
         )
         found = [i for i, view in whole.items() if None not in view.markers]
-        late = self._markers([run.committables[i] for i in found], since=ends)
+        late = self._markers([run.committables[i] for i in found], deadline, since=ends)
         for i, fresh_now in zip(found, late, strict=True):
             if None not in fresh_now.markers:
                 outcome = _outcome(fresh_now, run.result, sent=True)
@@ -317,14 +339,17 @@ class TransactionController:
         while True:
             attempt += 1
             try:
-                code: int | None = self._end_txn(c, result)
+                code: int | None = self._end_txn(c, result, deadline)
+            except FailoverTimeoutError as exc:  # no coordinator found by the deadline
+                code, last = None, str(exc)
             except ConnectionLostError as exc:
-                # Some brokers drop the connection instead of answering a stale epoch;
-                # the markers tell whether the transaction ended meanwhile.
+                # The coordinator died, or (some brokers) dropped the connection instead
+                # of answering a stale epoch; the markers tell whether the transaction
+                # ended meanwhile, and the next attempt finds the coordinator again.
                 code, last = None, str(exc)
                 self._coordinators.pop(c.transactional_id, None)
             if code is None:
-                view = self._markers([c])[0]
+                view = self._markers([c], deadline)[0]
                 outcome = None if view.open else _outcome(view, result, sent=False)
                 if outcome is not None:
                     return outcome, f"markers in the log after {last}", attempt
@@ -339,7 +364,7 @@ class TransactionController:
                     self._coordinators.pop(c.transactional_id, None)
                 if action is EndTxnAction.RESOLVE_FROM_LOG:
                     grace = min(deadline, self._clock() + self._policy.marker_grace_s)
-                    outcome = self._await_markers(c, result, grace)
+                    outcome = self._await_markers(c, result, grace, deadline)
                     if outcome is not None:
                         return outcome, f"EndTxn answered {last}", attempt
                     if code in _TERMINAL_FOR_EPOCH:
@@ -361,8 +386,8 @@ class TransactionController:
                 )
             self._sleep(self._policy.backoff(attempt))
 
-    def _end_txn(self, c: Committable, result: ControlType) -> int:
-        node = self._coordinator(c.transactional_id)
+    def _end_txn(self, c: Committable, result: ControlType, deadline: float) -> int:
+        node = self._coordinator(c.transactional_id, deadline)
         return self._protocol.end_txn(
             node,
             c.transactional_id,
@@ -387,25 +412,39 @@ class TransactionController:
             raise ProtocolError("the broker does not offer EndTxn", "UNSUPPORTED_VERSION")
         return version
 
-    def _coordinator(self, transactional_id: str) -> int:
+    def _coordinator(self, transactional_id: str, deadline: float) -> int:
+        """The id's transaction coordinator, found again through a failover when not known.
+
+        FindCoordinator goes to any live node; while the coordinator's node is dying or
+        its successor loads the state, the answer is COORDINATOR_NOT_AVAILABLE and kin.
+        """
         if transactional_id in self._coordinators:
             return self._coordinators[transactional_id]
-        code, node = self._protocol.find_transaction_coordinator(transactional_id)
-        if code != ErrorCode.NONE:
-            if code in _RETRIABLE_COORDINATOR:
-                raise ConnectionLostError(f"FindCoordinator: {error_name(code)}")
-            raise ProtocolError(
-                f"FindCoordinator for {transactional_id!r}: {error_name(code)}", error_name(code)
-            )
+
+        def find() -> int:
+            code, node = self._protocol.find_transaction_coordinator(transactional_id)
+            if code in COORDINATOR_MOVED:
+                raise BrokerMovedError(f"FindCoordinator: {error_name(code)}", error_name(code))
+            if code != ErrorCode.NONE:
+                raise ProtocolError(
+                    f"FindCoordinator for {transactional_id!r}: {error_name(code)}",
+                    error_name(code),
+                )
+            return node
+
+        node = self._failover.run(
+            f"FindCoordinator for {transactional_id!r}", find, deadline=deadline
+        )
         self._coordinators[transactional_id] = node
         return node
 
     def _markers(
         self,
         committables: Sequence[Committable],
+        deadline: float,
         since: Mapping[tuple[str, int], int] | None = None,
     ) -> list[MarkerView]:
-        views = marker_views(self._reader, committables, since)
+        views = marker_views(self._reader, committables, since, deadline=deadline)
         for c, view in zip(committables, views, strict=True):
             if view.contradictory:
                 raise ProtocolError(
@@ -416,15 +455,16 @@ class TransactionController:
         return views
 
     def _await_markers(
-        self, c: Committable, result: ControlType, deadline: float
+        self, c: Committable, result: ControlType, grace: float, deadline: float
     ) -> Outcome | None:
-        """Poll the log until every partition carries the marker or the deadline passes."""
+        """Poll the log until every partition carries the marker or ``grace`` passes
+        (reads themselves ride a failover until ``deadline``)."""
         attempt = 0
         while True:
-            view = self._markers([c])[0]
+            view = self._markers([c], deadline)[0]
             if None not in view.markers:
                 return _outcome(view, result, sent=False)
-            if self._clock() >= deadline:
+            if self._clock() >= grace:
                 return None
             attempt += 1
             self._sleep(self._policy.backoff(attempt))
@@ -444,11 +484,15 @@ class TransactionController:
         while True:
             attempt += 1
             try:
-                node = self._coordinator(transactional_id)
+                node = self._coordinator(transactional_id, deadline)
                 answer = self._protocol.init_producer_id(
                     node, transactional_id, transaction_timeout_ms
                 )
                 code = answer.error
+            except FailoverTimeoutError as exc:
+                raise TransactionInDoubtError(
+                    f"fencing {transactional_id!r} unresolved: {exc}; retry later"
+                ) from exc
             except ConnectionLostError:
                 self._coordinators.pop(transactional_id, None)
                 code = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -524,6 +568,9 @@ class _Finishing:
 
     def pending(self) -> list[int]:
         return [i for i, r in enumerate(self._resolutions) if r is None]
+
+    def ids(self, indexes: Sequence[int]) -> list[str]:
+        return [self.committables[i].transactional_id for i in indexes]
 
     def resolutions(self) -> list[Resolution]:
         return [r for r in self._resolutions if r is not None]

@@ -7,15 +7,16 @@ the parts some Kafka-compatible brokers get wrong, the markers are the truth.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ProtocolError
+from ..errors import BrokerMovedError, ProtocolError
 from .committable import Committable, PartitionRange
+from .failover import Failover
 from .protocol import (
+    LEADER_MOVED,
     ControlType,
     ErrorCode,
     FetchAnswer,
@@ -30,47 +31,72 @@ from .protocol import (
 #: each empty answer below the high watermark.
 END_OF_LOG_WAIT_MS = 5
 MAX_EMPTY_ANSWERS = 20
-MAX_LEADER_REFRESHES = 5
-_LEADER_MOVED = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-    }
-)
 
 
 class LogReader:
-    """Walks partitions batch by batch, control batches included."""
+    """Walks partitions batch by batch, control batches included.
 
-    def __init__(self, protocol: TransactionProtocol) -> None:
+    Every broker call (metadata, fetch) rides a failover: a lost connection or a leader
+    that moved sends it to the leader the cluster names now, until the deadline (the
+    caller's ``deadline``, a :func:`time.monotonic`-style instant of ``failover``'s
+    clock, else ``failover.policy.deadline_s`` per call).
+    """
+
+    def __init__(self, protocol: TransactionProtocol, failover: Failover | None = None) -> None:
         self._protocol = protocol
+        self._failover = failover or Failover()
         self._leaders: dict[str, dict[int, int]] = {}
 
-    def partitions(self, topic: str) -> list[int]:
-        return sorted(self._leaders_of(topic))
+    def partitions(self, topic: str, *, deadline: float | None = None) -> list[int]:
+        return sorted(self._leaders_of(topic, deadline))
 
-    def _leaders_of(self, topic: str) -> dict[int, int]:
+    def _leaders_of(self, topic: str, deadline: float | None) -> dict[int, int]:
         if topic not in self._leaders:
-            self._leaders[topic] = self._protocol.partition_leaders(topic)
+            self._leaders[topic] = self._failover.run(
+                f"metadata of topic {topic!r}",
+                lambda: self._protocol.partition_leaders(topic),
+                deadline=deadline,
+            )
         return self._leaders[topic]
 
-    def _fetch(self, topic: str, partition: int, offset: int, **options: Any) -> FetchAnswer:
-        """Fetch from the partition's leader; when leadership moved, look it up again."""
-        moved = 0
-        while True:
-            answer = self._protocol.fetch(
-                self._leaders_of(topic)[partition], topic, partition, offset, **options
-            )
-            if answer.error not in _LEADER_MOVED or moved >= MAX_LEADER_REFRESHES:
-                return answer
-            moved += 1
-            self._leaders.pop(topic, None)
-            time.sleep(0.1 * moved)
+    def _fetch(
+        self, topic: str, partition: int, offset: int, deadline: float | None, **options: Any
+    ) -> FetchAnswer:
+        """Fetch from the partition's leader; when it moved or died, look it up again."""
+        until = self._failover.deadline() if deadline is None else deadline
+
+        def attempt() -> FetchAnswer:
+            leader = self._leaders_of(topic, until).get(partition)
+            if leader is None:
+                raise ProtocolError(
+                    f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
+                )
+            if leader < 0:
+                raise BrokerMovedError(
+                    f"{topic}-{partition} has no leader (an election is under way)",
+                    "LEADER_NOT_AVAILABLE",
+                )
+            answer = self._protocol.fetch(leader, topic, partition, offset, **options)
+            if answer.error in LEADER_MOVED:
+                name = error_name(answer.error)
+                raise BrokerMovedError(f"fetch from node {leader}: {name}", name)
+            return answer
+
+        return self._failover.run(
+            f"fetch {topic}-{partition}@{offset}",
+            attempt,
+            deadline=until,
+            on_retry=lambda _: self._leaders.pop(topic, None),
+        )
 
     def batches(
-        self, topic: str, partition: int, start: int = 0, *, with_keys: bool = False
+        self,
+        topic: str,
+        partition: int,
+        start: int = 0,
+        *,
+        with_keys: bool = False,
+        deadline: float | None = None,
     ) -> Iterator[RecordBatch]:
         """Every batch holding an offset >= ``start``, up to the end of the log.
 
@@ -80,7 +106,7 @@ class LogReader:
         Kafka-compatible broker) is not the end: it is asked again, a bounded number of
         times.
         """
-        if partition not in self._leaders_of(topic):
+        if partition not in self._leaders_of(topic, deadline):
             raise ProtocolError(
                 f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
             )
@@ -90,6 +116,7 @@ class LogReader:
                 topic,
                 partition,
                 offset,
+                deadline,
                 max_wait_ms=END_OF_LOG_WAIT_MS * (1 + empty),
                 with_keys=with_keys,
             )
@@ -113,7 +140,9 @@ class LogReader:
                         "REQUEST_TIMED_OUT",
                     )
 
-    def log_ends(self, parts: Iterable[PartitionRange]) -> dict[tuple[str, int], int]:
+    def log_ends(
+        self, parts: Iterable[PartitionRange], *, deadline: float | None = None
+    ) -> dict[tuple[str, int], int]:
         """The current end (high watermark) of each partition, with one small fetch each."""
         known: dict[tuple[str, int], int] = {}
         for part in parts:
@@ -122,7 +151,7 @@ class LogReader:
         ends = {}
         for (topic, partition), offset in known.items():
             answer = self._fetch(
-                topic, partition, offset, max_wait_ms=END_OF_LOG_WAIT_MS, max_bytes=1
+                topic, partition, offset, deadline, max_wait_ms=END_OF_LOG_WAIT_MS, max_bytes=1
             )
             if answer.error != ErrorCode.NONE:
                 name = error_name(answer.error)
@@ -134,6 +163,8 @@ class LogReader:
         self,
         spans: Sequence[tuple[int, PartitionRange]],
         since: Mapping[tuple[str, int], int] | None = None,
+        *,
+        deadline: float | None = None,
     ) -> list[ControlType | None]:
         """For each (producer id, range), the marker that ended that transaction, if any yet.
 
@@ -152,7 +183,7 @@ class LogReader:
             start = min(spans[i][1].last_offset for ids in waiting.values() for i in ids)
             if since is not None:
                 start = max(start, since.get((topic, partition), start))
-            for batch in self.batches(topic, partition, start):
+            for batch in self.batches(topic, partition, start, deadline=deadline):
                 if batch.control is None or batch.producer_id not in waiting:
                     continue
                 indexes = waiting[batch.producer_id]
@@ -193,8 +224,10 @@ def marker_views(
     reader: LogReader,
     committables: Sequence[Committable],
     since: Mapping[tuple[str, int], int] | None = None,
+    *,
+    deadline: float | None = None,
 ) -> list[MarkerView]:
     """What the log says of each committable, reading each partition once (from ``since``)."""
     spans = [(c.producer_id, part) for c in committables for part in c.partitions]
-    markers = iter(reader.markers_after(spans, since))
+    markers = iter(reader.markers_after(spans, since, deadline=deadline))
     return [MarkerView(tuple(next(markers) for _ in c.partitions)) for c in committables]

@@ -11,13 +11,14 @@ correctness demands it (EndTxn for librdkafka's classic transactions).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import kafka.errors as kafka_errors
 from kafka.admin import KafkaAdminClient
@@ -40,6 +41,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from .. import defaults
 from ..errors import (
+    BrokerMovedError,
     BrokerUnreachableError,
     ConfigurationError,
     ConnectionLostError,
@@ -47,10 +49,13 @@ from ..errors import (
     UnsupportedError,
 )
 from .described import CoordinatorTxnState, DescribedTransaction, ListedTransaction
+from .failover import Failover
 from .naming import java_prefix_pattern
 from .settings import bootstrap_servers, to_kafka_python
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 TRANSACTION_COORDINATOR = 1  # FindCoordinator key type
 READ_UNCOMMITTED = 0
@@ -75,9 +80,12 @@ class ErrorCode(enum.IntEnum):
     LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
+    REPLICA_NOT_AVAILABLE = 9
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
@@ -87,9 +95,35 @@ class ErrorCode(enum.IntEnum):
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35
     TRANSACTIONAL_ID_NOT_FOUND = 105
+    KAFKA_STORAGE_ERROR = 56
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
     PRODUCER_FENCED = 90
+
+
+#: Fetch and metadata answers after which a partition's leader is elsewhere or not elected
+#: yet: look the leader up again and ask it (a failover, see ``failover.py``).
+LEADER_MOVED: frozenset[int] = frozenset(
+    {
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
+#: Coordinator answers after which it is elsewhere or still loading: find it again.
+COORDINATOR_MOVED: frozenset[int] = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    }
+)
 
 
 def error_name(code: int) -> str:
@@ -253,13 +287,20 @@ class KafkaProtocol:
 
     :param config: librdkafka-style settings (``bootstrap.servers``, security, SASL, SSL).
     :param timeout_ms: bound on connecting and on each request.
+    :param failover: how long and how often the admin calls it makes itself
+        (Describe/ListTransactions) ask again through a failover
+        (:data:`~..defaults.FINISH_DEADLINE_S` by default).
     """
 
     def __init__(
-        self, config: Mapping[str, Any], timeout_ms: int = defaults.REQUEST_TIMEOUT_MS
+        self,
+        config: Mapping[str, Any],
+        timeout_ms: int = defaults.REQUEST_TIMEOUT_MS,
+        failover: Failover | None = None,
     ) -> None:
         self._servers = bootstrap_servers(config)
         self._timeout_ms = timeout_ms
+        self._failover = failover or Failover()
         self._kp_config = to_kafka_python(config)
         self._kp_config.setdefault("request_timeout_ms", timeout_ms)
         # Room for a full fetch answer (kafka-python's default frame limit is 1 MB).
@@ -311,8 +352,14 @@ class KafkaProtocol:
             ConnectionError,
         ) as exc:
             raise ConnectionLostError(
-                f"{request.__class__.__name__} to node {node}: {type(exc).__name__}"
+                f"{request.__class__.__name__} to node {node}{self._address(node)}: "
+                f"{type(exc).__name__}"
             ) from None
+
+    def _address(self, node: int | str) -> str:
+        """`` at host:port`` of a node the client knows, for error texts; else empty."""
+        broker = self._client.cluster.broker_metadata(node)
+        return f" at {broker.host}:{broker.port}" if broker is not None else ""
 
     def api_version(self, api: ApiKey, cap: int | None = None) -> int | None:
         """Highest version both sides offer (at most ``cap``), or None if the broker lacks it."""
@@ -542,6 +589,9 @@ class KafkaProtocol:
         )
         answer = self._send(self._any_node(), request)
         for entry in answer.topics:
+            if entry.error_code in LEADER_MOVED:
+                name = error_name(entry.error_code)
+                raise BrokerMovedError(f"metadata of topic {topic!r}: {name}", name)
             if entry.error_code:
                 raise ProtocolError(
                     f"topic {topic!r}: {error_name(entry.error_code)}", error_name(entry.error_code)
@@ -611,6 +661,33 @@ class KafkaProtocol:
             )
         return self._admin
 
+    def _admin_call(self, what: str, call: Callable[[KafkaAdminClient], T]) -> T:
+        """``call(admin)``, asked again through a failover.
+
+        kafka-python's admin client finds coordinators and brokers itself and caches
+        them; after an error kafka-python classes as retriable (a lost connection,
+        NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) the next attempt gets a fresh
+        client, which bootstraps again from the surviving servers and forgets the dead
+        coordinator. Other errors (an unknown id) propagate as they are.
+        """
+
+        def attempt() -> T:
+            try:
+                return call(self._admin_client())
+            except (kafka_errors.KafkaError, ConnectionError) as exc:
+                if not _retriable(exc):
+                    raise
+                self._drop_admin()
+                raise ConnectionLostError(f"{what}: {type(exc).__name__} {exc}") from None
+
+        return self._failover.run(what, attempt)
+
+    def _drop_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
     def create_topic(self, topic: str, partitions: int) -> None:
         try:
             self._admin_client().create_topics(
@@ -630,9 +707,14 @@ class KafkaProtocol:
         """
         version = self._require(ApiKey.LIST_TRANSACTIONS)
         on_broker = prefix is not None and version >= 2
-        by_broker = self._admin_client().list_transactions(
-            state_filters=[str(s) for s in states] if states else None,
-            transactional_id_pattern=java_prefix_pattern(prefix) if on_broker and prefix else None,
+        by_broker = self._admin_call(
+            "ListTransactions",
+            lambda admin: admin.list_transactions(
+                state_filters=[str(s) for s in states] if states else None,
+                transactional_id_pattern=(
+                    java_prefix_pattern(prefix) if on_broker and prefix else None
+                ),
+            ),
         )
         rows = [
             ListedTransaction(
@@ -651,7 +733,10 @@ class KafkaProtocol:
 
     def describe_transactions(self, transactional_ids: list[str]) -> list[DescribedTransaction]:
         self._require(ApiKey.DESCRIBE_TRANSACTIONS)
-        described = self._admin_client().describe_transactions(transactional_ids)
+        described = self._admin_call(
+            f"DescribeTransactions of {list(transactional_ids)}",
+            lambda admin: admin.describe_transactions(transactional_ids),
+        )
         return [
             DescribedTransaction(
                 transactional_id=tid,
@@ -720,6 +805,17 @@ def sasl_refusal(kp_config: Mapping[str, Any], timeout_s: float) -> str | None:
     except (OSError, ValueError, kafka_errors.KafkaError):
         return None
     return None
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Whether kafka-python (or the socket) says asking again may help."""
+    if isinstance(exc, ConnectionError | kafka_errors.NoBrokersAvailable):
+        return True
+    if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
+        return False
+    return bool(getattr(exc, "retriable", False)) or isinstance(
+        exc, kafka_errors.UnknownBrokerIdError
+    )
 
 
 def _parse_batches(raw: bytes | None, with_keys: bool) -> list[RecordBatch]:
