@@ -41,6 +41,12 @@ REQUEST_TIMEOUT_MS: Final = 30_000
 #: Retry budget of one commit, abort or fence from the orchestrator (a coordinator that
 #: moves needs a few seconds; a broker that restarts, tens).
 FINISH_DEADLINE_S: Final = 120.0
+#: How long librdkafka may try to deliver one record (``message.timeout.ms``) unless the
+#: settings say: long enough to ride a partition leader's failover (the controller fences a
+#: dead broker after ``broker.session.timeout.ms``, 9 s by default, then elects), short
+#: enough that a write with no broker left fails in about a minute instead of sitting out
+#: the transaction timeout. Never more than half the transaction timeout.
+DELIVERY_TIMEOUT_MS: Final = 60_000
 #: Retry budget of the writer's own control-plane calls (2PC grants, its abort).
 WRITER_DEADLINE_S: Final = 30.0
 #: Timeout InitProducerId registers when it fences an id (it opens no transaction).

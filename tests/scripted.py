@@ -73,6 +73,9 @@ class ScriptedBroker:
         self.calls: list[tuple] = []
         self.empty_answers = 0
         self.not_leader_answers = 0
+        #: The next this many fetches / metadata requests find the node dead.
+        self.dropped_fetches = 0
+        self.dropped_metadata = 0
 
     # -- building the log ---------------------------------------------------
 
@@ -158,6 +161,9 @@ class ScriptedBroker:
 
     def partition_leaders(self, topic: str) -> dict[int, int]:
         self.calls.append(("metadata", topic))
+        if self.dropped_metadata:
+            self.dropped_metadata -= 1
+            raise ConnectionLostError("scripted: MetadataRequest to node 1: KafkaConnectionError")
         return {p: 1 for (t, p) in self.logs if t == topic}
 
     def fetch(
@@ -174,6 +180,9 @@ class ScriptedBroker:
         self.calls.append(("fetch", topic, partition, offset))
         log = self.logs[(topic, partition)]
         end = log[-1].last_offset + 1 if log else 0
+        if self.dropped_fetches:
+            self.dropped_fetches -= 1  # the leader died
+            raise ConnectionLostError(f"scripted: FetchRequest to node {node}: refused")
         if self.not_leader_answers:
             self.not_leader_answers -= 1  # leadership moved to another broker
             return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, [])

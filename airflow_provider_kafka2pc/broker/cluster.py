@@ -279,6 +279,25 @@ class KafkaCluster:
             self.balance_leaders(max(1.0, timeout_s - (time.monotonic() - began)))
         log.info("restarted Apache Kafka node %d (%.1f s)", node_id, time.monotonic() - began)
 
+    def heal(self, timeout_s: float = 120.0) -> list[int]:
+        """Restart every node that is down, together, and wait until the cluster is whole
+        (in sync, preferred leaders back). Returns the ids restarted.
+
+        Together, because a node of a quorum that lost its majority serves only once
+        enough voters run again.
+        """
+        began = time.monotonic()
+        down = [node_id for node_id in self.node_ids if node_id not in self.running()]
+        for node_id in down:
+            self.node(node_id).launch()
+        for node_id in down:
+            self.node(node_id).wait_started(max(1.0, timeout_s - (time.monotonic() - began)))
+        self.wait_healthy(max(1.0, timeout_s - (time.monotonic() - began)))
+        self.balance_leaders(max(1.0, timeout_s - (time.monotonic() - began)))
+        if down:
+            log.info("restarted nodes %s (%.1f s)", down, time.monotonic() - began)
+        return down
+
     def __enter__(self) -> KafkaCluster:
         return self.start() if not self.running() else self
 

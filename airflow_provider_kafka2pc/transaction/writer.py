@@ -39,6 +39,10 @@ Record = (
 #: Used unless the caller's settings name a ``partitioner``.
 DEFAULT_PARTITIONER = "murmur2_random"
 _STATS_INTERVAL_MS = 50
+#: librdkafka's names for how long one record may take to be delivered (aliases).
+_DELIVERY_TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")
+#: How often the writer looks up from a full queue or a flush to check for failures.
+_WAIT_SLICE_S = 0.05
 #: The first metadata request is asked in slices this long, so that an authentication
 #: failure (reported only through ``error_cb``) ends the wait at once.
 _CONNECT_SLICE_S = 0.5
@@ -83,6 +87,29 @@ class DeliveryReports:
             self.first[partition] = self.last[partition]
 
 
+class BrokerLinks:
+    """``stats_cb`` side table: each broker's connection state, as librdkafka last saw it.
+
+    What names the brokers that did not answer when a write fails.
+    """
+
+    __slots__ = ("states",)
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}
+
+    def update(self, brokers: Mapping[str, Any]) -> None:
+        self.states = {
+            f"{b.get('nodename', name)} (node {b['nodeid']})": str(b.get("state"))
+            for name, b in brokers.items()
+            if isinstance(b, Mapping) and b.get("nodeid", -1) >= 0
+        }
+
+    def down(self) -> list[str]:
+        """Brokers not connected now: ``host:port (node N): STATE``."""
+        return [f"{name}: {state}" for name, state in sorted(self.states.items()) if state != "UP"]
+
+
 class ClientErrors:
     """``error_cb``: keeps librdkafka's first authentication error, then calls the user's.
 
@@ -113,7 +140,16 @@ class TransactionalWriter:
         (aborts) whatever an earlier writer of the same id left open.
     :param transaction_timeout_ms: how long the prepared transaction may stay open
         before the coordinator aborts it; at most the broker's transaction.max.timeout.ms.
-    :param timeout_s: bound on connecting, initialising, flushing and aborting.
+    :param timeout_s: bound on connecting, initialising and aborting, and the grace a
+        stalled queue gets beyond the delivery timeout.
+
+    Every wait is bounded. A record is delivered within the delivery timeout
+    (``message.timeout.ms``; :attr:`delivery_timeout_ms`) or fails; librdkafka would
+    otherwise use the whole transaction timeout (15 min by default) and a write with no
+    broker left would sit that long. A full local queue or a flush that sees no delivery
+    report for the delivery timeout plus ``timeout_s`` fails, and so does the first failed
+    delivery. Once the brokers stop answering mid-write, :meth:`write` raises within
+    :attr:`failure_bound_s`, naming the brokers it could not reach.
     """
 
     def __init__(
@@ -134,8 +170,43 @@ class TransactionalWriter:
             raise ConfigurationError(f"setting(s) {reserved} are managed by the writer")
         self._config = dict(config)
         self.transaction_timeout_ms = transaction_timeout_ms
+        self.delivery_timeout_ms = self._delivery_timeout_ms(transaction_timeout_ms)
         self._timeout_s = timeout_s
         self._clock = clock
+
+    def _delivery_timeout_ms(self, transaction_timeout_ms: int) -> int:
+        """The settings' ``message.timeout.ms``, or :data:`~..defaults.DELIVERY_TIMEOUT_MS`;
+        at most half the transaction timeout, so a write that fails does so while its
+        transaction still has time left to be aborted and written again."""
+        most = max(1, transaction_timeout_ms // 2)
+        given = [self._config[k] for k in _DELIVERY_TIMEOUT_KEYS if k in self._config]
+        if not given:
+            return min(defaults.DELIVERY_TIMEOUT_MS, most)
+        try:
+            value = int(given[0])
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"message.timeout.ms must be an integer of milliseconds, not {given[0]!r}"
+            ) from None
+        if not 0 < value <= most:
+            raise ConfigurationError(
+                f"message.timeout.ms {value} must be positive and at most half the "
+                f"transaction timeout ({most} of {transaction_timeout_ms} ms): a record "
+                "stuck longer would leave its transaction too little time"
+            )
+        return value
+
+    @property
+    def stall_limit_s(self) -> float:
+        """How long a full queue or a flush may go without any delivery report."""
+        return self.delivery_timeout_ms / 1000 + self._timeout_s
+
+    @property
+    def failure_bound_s(self) -> float:
+        """The longest :meth:`write` takes to fail once the brokers stop answering while
+        records are queued: a stalled queue for :attr:`stall_limit_s`, then the abort's
+        ``timeout_s``, plus a second of polling slack."""
+        return self.stall_limit_s + self._timeout_s + 1.0
 
     def write(self, topic: str, records: Iterable[Record]) -> Committable:
         """Write ``records`` into a new transaction on ``topic`` and leave it open.
@@ -146,9 +217,10 @@ class TransactionalWriter:
         if not isinstance(topic, str) or not topic:
             raise ConfigurationError("topic must be a non-empty string")
         stats: dict[str, Any] = {}
+        links = BrokerLinks()
         deliveries = DeliveryReports()
         errors = ClientErrors(self._config.get("error_cb"))
-        producer = self._producer(stats, deliveries, errors)
+        producer = self._producer(stats, links, deliveries, errors)
         self._check_topic(producer, topic, errors)
         iterator = iter(records)
         first = next(iterator, None)
@@ -160,17 +232,18 @@ class TransactionalWriter:
         producer.begin_transaction()
         stats.clear()  # only snapshots taken inside this transaction may name its epoch
         try:
-            produced = self._produce_all(producer, topic, first, iterator, deliveries)
-            remaining = producer.flush(self._timeout_s)
-            if remaining:
-                raise WriteError(f"{remaining} records undelivered after {self._timeout_s} s")
-            if deliveries.error is not None:
-                raise WriteError(f"delivery failed: {deliveries.error.str()}")
+            produced = self._produce_all(producer, topic, first, iterator, deliveries, links)
+            self._flush(producer, topic, deliveries, links)
             if deliveries.count != produced:
                 raise WriteError(f"{produced} records produced but {deliveries.count} delivered")
             producer_id, epoch = self._producer_identity(producer, stats)
         except BaseException as exc:
-            self._abort(producer, exc)
+            aborted = self._abort(producer, exc)
+            if isinstance(exc, WriteError) and not aborted:
+                raise WriteError(
+                    f"{exc}; the abort got no answer within {self._timeout_s} s either: the "
+                    "transaction is left to its timeout or to recovery (fence the id)"
+                ) from exc
             if isinstance(exc, Kafka2pcError | KeyboardInterrupt | SystemExit):
                 raise
             raise WriteError(f"writing to {topic!r} failed, transaction aborted: {exc}") from exc
@@ -202,16 +275,23 @@ class TransactionalWriter:
     # -- steps --------------------------------------------------------------
 
     def _producer(
-        self, stats: dict[str, Any], deliveries: DeliveryReports, errors: ClientErrors
+        self,
+        stats: dict[str, Any],
+        links: BrokerLinks,
+        deliveries: DeliveryReports,
+        errors: ClientErrors,
     ) -> Producer:
         def on_stats(payload: str) -> None:
-            stats.update(json.loads(payload).get("eos") or {})
+            data = json.loads(payload)
+            stats.update(data.get("eos") or {})
+            links.update(data.get("brokers") or {})
 
         config = {
             "allow.auto.create.topics": False,
             "partitioner": DEFAULT_PARTITIONER,
             "logger": log,
-            **self._config,
+            **{k: v for k, v in self._config.items() if k not in _DELIVERY_TIMEOUT_KEYS},
+            "message.timeout.ms": self.delivery_timeout_ms,
             "transactional.id": self.transactional_id,
             "transaction.timeout.ms": self.transaction_timeout_ms,
             "enable.idempotence": True,
@@ -283,22 +363,25 @@ class TransactionalWriter:
                 ) from None
             raise WriteError(f"{what} failed: {err.str()}") from None
 
-    @staticmethod
     def _produce_all(
+        self,
         producer: Producer,
         topic: str,
         first: Record,
         rest: Iterable[Record],
         deliveries: DeliveryReports,
+        links: BrokerLinks,
     ) -> int:
         """Queue every record, waiting while the local queue is full; returns the count.
 
         The hot loop: no per-record keyword arguments beyond the headers a record has.
+        A full queue is waited on only while deliveries progress (see :meth:`_stalled`).
         """
         produce, poll = producer.produce, producer.poll
         with_headers = len(first) > 2
         count = 0
         for record in itertools.chain((first,), rest):
+            waited: tuple[int, float] | None = None
             while True:
                 try:
                     if with_headers:
@@ -307,15 +390,70 @@ class TransactionalWriter:
                         produce(topic, record[1], record[0])
                     break
                 except BufferError:
-                    poll(0.05)  # queue full: let deliveries drain (backpressure)
+                    poll(_WAIT_SLICE_S)  # queue full: let deliveries drain (backpressure)
+                    waited = self._stalled(topic, deliveries, links, waited, "the queue is full")
                 except KafkaException as exc:
+                    # The transaction failed (a delivery error puts it in an error state):
+                    # the delivery report says why, better than "Erroneous state".
+                    poll(0)
+                    self._raise_delivery_error(topic, deliveries, links)
                     raise WriteError(f"record {count} refused: {exc.args[0].str()}") from None
             count += 1
             if not count & 1023:
                 poll(0)
-                if deliveries.error is not None:  # stop early; flush re-checks at the end
-                    raise WriteError(f"delivery failed: {deliveries.error.str()}")
+                self._raise_delivery_error(topic, deliveries, links)
         return count
+
+    def _flush(
+        self, producer: Producer, topic: str, deliveries: DeliveryReports, links: BrokerLinks
+    ) -> None:
+        """Wait until every record is delivered, stopping at the first failed delivery or
+        once no report arrives for :attr:`stall_limit_s`."""
+        waited: tuple[int, float] | None = None
+        while producer.flush(_WAIT_SLICE_S * 4):
+            waited = self._stalled(topic, deliveries, links, waited, "flushing")
+        self._raise_delivery_error(topic, deliveries, links)
+
+    def _stalled(
+        self,
+        topic: str,
+        deliveries: DeliveryReports,
+        links: BrokerLinks,
+        waited: tuple[int, float] | None,
+        doing: str,
+    ) -> tuple[int, float]:
+        """One look while waiting on librdkafka: raise at a failed delivery or when no
+        report (delivered or failed) came for :attr:`stall_limit_s`; returns the new
+        (reports seen, since when) to pass back next time."""
+        self._raise_delivery_error(topic, deliveries, links)
+        now = time.monotonic()
+        if waited is None or waited[0] != deliveries.count:
+            return deliveries.count, now
+        if now - waited[1] > self.stall_limit_s:
+            raise WriteError(
+                f"writing to {topic!r} stalled ({doing}): no delivery report for "
+                f"{now - waited[1]:.0f} s (message.timeout.ms {self.delivery_timeout_ms} plus "
+                f"{self._timeout_s} s){self._unreachable(links)}"
+            )
+        return waited
+
+    def _raise_delivery_error(
+        self, topic: str, deliveries: DeliveryReports, links: BrokerLinks
+    ) -> None:
+        err = deliveries.error
+        if err is None:
+            return
+        reason = err.str()
+        if err.code() == KafkaError._MSG_TIMED_OUT:
+            reason += f" (not delivered within message.timeout.ms {self.delivery_timeout_ms})"
+        raise WriteError(
+            f"delivery to {topic!r} failed: {err.name()}: {reason}{self._unreachable(links)}"
+        )
+
+    @staticmethod
+    def _unreachable(links: BrokerLinks) -> str:
+        down = links.down()
+        return f"; brokers not connected: {', '.join(down)}" if down else ""
 
     def _producer_identity(self, producer: Producer, stats: dict[str, Any]) -> tuple[int, int]:
         """Producer id and epoch of the open transaction, from librdkafka's statistics."""
@@ -326,12 +464,10 @@ class TransactionalWriter:
             producer.poll(_STATS_INTERVAL_MS / 1000)
         return int(stats["producer_id"]), int(stats["producer_epoch"])
 
-    def _abort(self, producer: Producer, cause: BaseException) -> None:
+    def _abort(self, producer: Producer, cause: BaseException) -> bool:
+        """Abort the failed transaction within ``timeout_s``; True when it was."""
         try:
             producer.abort_transaction(self._timeout_s)
-            log.warning(
-                "%s: transaction aborted after %s", self.transactional_id, type(cause).__name__
-            )
         except KafkaException as exc:
             log.error(
                 "%s: abort after failure also failed (%s); the coordinator aborts it "
@@ -339,3 +475,6 @@ class TransactionalWriter:
                 self.transactional_id,
                 exc.args[0].str(),
             )
+            return False
+        log.warning("%s: transaction aborted after %s", self.transactional_id, type(cause).__name__)
+        return True

@@ -57,11 +57,7 @@ def kafka_cluster(cluster_session: KafkaCluster) -> Iterator[KafkaCluster]:
     cluster_session.wait_healthy(60)
     cluster_session.balance_leaders(30)
     yield cluster_session
-    for node_id in cluster_session.node_ids:
-        if node_id not in cluster_session.running():
-            cluster_session.restart(node_id, healthy=False)
-    cluster_session.wait_healthy(90)
-    cluster_session.balance_leaders(30)
+    cluster_session.heal()
 
 
 @pytest.fixture
