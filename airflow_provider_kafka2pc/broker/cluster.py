@@ -23,8 +23,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import kafka.errors as kafka_errors
 from confluent_kafka import ElectionType, KafkaException
 from confluent_kafka.admin import AdminClient
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.metadata.metadata import MetadataRequest
 
 from ..errors import ConfigurationError, Kafka2pcError
 from .distribution import DEFAULT_KAFKA_VERSION, major
@@ -311,36 +314,25 @@ class KafkaCluster:
 
     # -- metadata -----------------------------------------------------------
 
-    def _client(self, node_id: int | None = None) -> AdminClient:
-        if node_id is None:
-            if self._admin is None:
-                self._admin = self._new_client(self.bootstrap_servers)
-            return self._admin
-        # Bootstrapped from one node only, its first metadata answer is that node's own.
-        return self._new_client(self.node(node_id).bootstrap_servers)
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    # Refused connections to a killed node are expected here.
+                    "log_level": 0,
+                    "socket.connection.setup.timeout.ms": 2000,
+                }
+            )
+        return self._admin
 
-    @staticmethod
-    def _new_client(bootstrap: str) -> AdminClient:
-        return AdminClient(
-            {
-                "bootstrap.servers": bootstrap,
-                # Refused connections to a killed node are expected here.
-                "log_level": 0,
-                "socket.connection.setup.timeout.ms": 2000,
-            }
-        )
-
-    def partitions(
-        self, topic: str, timeout_s: float = 5.0, *, node_id: int | None = None
-    ) -> dict[int, PartitionInfo]:
-        """Leader, replicas and ISR of each partition of ``topic``, as the cluster (or the
-        node ``node_id``, whose view of the metadata log may lag) says now."""
-        where = self.bootstrap_servers if node_id is None else self.node(node_id).bootstrap_servers
+    def partitions(self, topic: str, timeout_s: float = 5.0) -> dict[int, PartitionInfo]:
+        """Leader, replicas and ISR of each partition of ``topic``, as the cluster says now."""
         try:
-            metadata = self._client(node_id).list_topics(topic, timeout=timeout_s)
+            metadata = self._client().list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
             raise Kafka2pcError(
-                f"no node of the cluster at {where} answered a metadata "
+                f"no node of the cluster at {self.bootstrap_servers} answered a metadata "
                 f"request for {topic!r} within {timeout_s} s ({exc.args[0].name()})"
             ) from None
         entry = metadata.topics.get(topic)
@@ -368,33 +360,65 @@ class KafkaCluster:
         )
         return self.leader(TRANSACTION_STATE_TOPIC, partition)
 
-    def wait_topic(self, topic: str, timeout_s: float = 30.0) -> dict[int, PartitionInfo]:
-        """Wait until every running node knows ``topic`` with a leader and all replicas in
-        sync for each partition.
+    def wait_topic(self, topic: str, timeout_s: float = 30.0) -> None:
+        """Wait until every running node knows ``topic`` with a leader for each partition,
+        and the cluster reports every replica in sync.
 
-        Each node applies the metadata log on its own: right after a topic is created,
-        a client that asks a lagging node is told it does not exist.
+        Each node applies the metadata log on its own: right after a topic is created, a
+        client whose metadata request lands on a lagging node is told it does not exist.
+        So each node is asked itself (kafka-python lets a request name its node;
+        librdkafka picks one).
         """
         deadline = time.monotonic() + timeout_s
+        missing: dict[int, str] = {}
         while True:
-            views: dict[int, Any] = {}
+            missing = {}
             for node_id in self.running():
+                why = self._node_lacks(node_id, topic)
+                if why:
+                    missing[node_id] = why
+            if not missing:
                 try:
-                    views[node_id] = self.partitions(topic, node_id=node_id)
+                    parts = self.partitions(topic)
                 except Kafka2pcError as exc:
-                    views[node_id] = str(exc)
-            if all(
-                isinstance(parts, dict)
-                and parts
-                and all(p.leader >= 0 and set(p.isr) == set(p.replicas) for p in parts.values())
-                for parts in views.values()
-            ):
-                return next(iter(views.values()))
+                    missing[0] = str(exc)
+                else:
+                    if parts and all(set(p.isr) == set(p.replicas) for p in parts.values()):
+                        return
+                    missing[0] = f"replicas out of sync: {parts}"
             if time.monotonic() >= deadline:
                 raise Kafka2pcError(
-                    f"topic {topic!r} not in sync on every node after {timeout_s:.0f} s: {views}"
+                    f"topic {topic!r} not served by every node after {timeout_s:.0f} s: {missing}"
                 )
             time.sleep(0.1)
+
+    def _node_lacks(self, node_id: int, topic: str) -> str | None:
+        """Why node ``node_id``'s own metadata does not serve ``topic`` yet; None if it does."""
+        client = KafkaNetClient(
+            bootstrap_servers=[self.node(node_id).bootstrap_servers], request_timeout_ms=5000
+        )
+        try:
+            client.check_version(timeout_ms=5000)
+            answer = client.send_and_receive(
+                node_id,
+                MetadataRequest(
+                    topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                    allow_auto_topic_creation=False,
+                    version=8,
+                ),
+                timeout_ms=5000,
+            )
+        except kafka_errors.KafkaError as exc:
+            return f"no answer ({type(exc).__name__})"
+        finally:
+            client.close()
+        for entry in answer.topics:
+            if entry.error_code:
+                return f"error code {entry.error_code}"
+            if not entry.partitions or any(p.leader_id < 0 for p in entry.partitions):
+                return "no leader yet"
+            return None
+        return "not in its metadata"
 
     def unbalanced(self) -> list[str]:
         """Partitions not led by their preferred (first) replica."""

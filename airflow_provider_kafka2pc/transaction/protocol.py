@@ -809,7 +809,7 @@ def sasl_refusal(kp_config: Mapping[str, Any], timeout_s: float) -> str | None:
 
 def _retriable(exc: BaseException) -> bool:
     """Whether kafka-python (or the socket) says asking again may help."""
-    if isinstance(exc, ConnectionError | kafka_errors.NoBrokersAvailable):
+    if isinstance(exc, ConnectionError):
         return True
     if isinstance(exc, kafka_errors.UnknownTopicOrPartitionError):
         return False
