@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from . import defaults
 from .broker.distribution import DEFAULT_KAFKA_VERSION
 from .errors import CommittableError, ConfigurationError, Kafka2pcError
+from .transaction.acls import apply_acls, authorization_error, export_acls
 from .transaction.audit import audit_topic
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
@@ -26,6 +27,7 @@ from .transaction.manifest import Manifest
 from .transaction.native_writer import NativeWriter
 from .transaction.protocol import ControlType, KafkaProtocol
 from .transaction.settings import is_secret
+from .transaction.tls import check_tls
 from .transaction.two_phase import REQUESTS, TwoPhaseMode, detect_two_phase
 from .transaction.writer import TransactionalWriter
 
@@ -97,7 +99,29 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _protocol(args: argparse.Namespace) -> KafkaProtocol:
-    return KafkaProtocol(_settings(args), timeout_ms=args.timeout_ms)
+    settings = _settings(args)
+    check_tls(settings, args.timeout_ms / 1000)  # a TLS problem named before anything opens
+    return KafkaProtocol(settings, timeout_ms=args.timeout_ms)
+
+
+@contextlib.contextmanager
+def _refusals(
+    args: argparse.Namespace,
+    action: str,
+    *,
+    transactional_ids: Sequence[str] = (),
+    topics: Sequence[str] = (),
+) -> Iterator[None]:
+    """The broker's authorization refusals as errors naming the missing ACL."""
+    try:
+        yield
+    except Exception as exc:
+        refused = authorization_error(
+            exc, _settings(args), action, transactional_ids=transactional_ids, topics=topics
+        )
+        if refused is None:
+            raise
+        raise refused from None
 
 
 # -- commands -----------------------------------------------------------------
@@ -125,7 +149,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 def _cmd_topic_create(args: argparse.Namespace) -> int:
     if args.partitions < 1:
         raise ConfigurationError("--partitions must be >= 1")
-    with _protocol(args) as protocol:
+    with _refusals(args, "create topics", topics=[args.topic]), _protocol(args) as protocol:
         protocol.create_topic(args.topic, args.partitions)
         leaders = protocol.partition_leaders(args.topic)
     _emit({"topic": args.topic, "partitions": len(leaders)})
@@ -161,6 +185,13 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     if args.input != "-" and not Path(args.input).is_file():
         raise ConfigurationError(f"--input {args.input}: no such file")
     rows = _read_jsonl(args.input, args.key_field)
+    with _refusals(args, "prepare", transactional_ids=[args.transactional_id], topics=[args.topic]):
+        committable = _prepare(args, rows)
+    _emit(committable.to_dict())
+    return 0
+
+
+def _prepare(args: argparse.Namespace, rows: Iterator[tuple[bytes | None, bytes]]) -> Committable:
     mode = TwoPhaseMode.CLASSIC
     if args.two_phase != "classic":  # classic asks the broker nothing extra
         with _protocol(args) as protocol:
@@ -180,15 +211,16 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 )
                 committable = native.write(args.topic, rows)
     if mode is TwoPhaseMode.CLASSIC:
+        settings = _settings(args)
+        check_tls(settings, args.timeout_ms / 1000)
         writer = TransactionalWriter(
-            _settings(args),
+            settings,
             args.transactional_id,
             transaction_timeout_ms=args.transaction_timeout_ms,
             timeout_s=args.timeout_ms / 1000,
         )
         committable = writer.write(args.topic, rows)
-    _emit(committable.to_dict())
-    return 0
+    return committable
 
 
 def _load_committables(source: str) -> list[Committable]:
@@ -210,7 +242,15 @@ def _load_committables(source: str) -> list[Committable]:
 
 def _finish(args: argparse.Namespace, result: ControlType) -> int:
     committables = _load_committables(args.committable)
-    with _protocol(args) as protocol:
+    with (
+        _refusals(
+            args,
+            result.name.lower(),
+            transactional_ids=sorted({c.transactional_id for c in committables}),
+            topics=sorted({p.topic for c in committables for p in c.partitions}),
+        ),
+        _protocol(args) as protocol,
+    ):
         controller = TransactionController(protocol, RetryPolicy(deadline_s=args.deadline_s))
         results = controller.finish_all(committables, result)
     if len(results) == 1:
@@ -221,7 +261,10 @@ def _finish(args: argparse.Namespace, result: ControlType) -> int:
 
 
 def _cmd_fence(args: argparse.Namespace) -> int:
-    with _protocol(args) as protocol:
+    with (
+        _refusals(args, "fence", transactional_ids=[args.transactional_id]),
+        _protocol(args) as protocol,
+    ):
         result = TransactionController(protocol).fence(args.transactional_id)
     _emit(
         {
@@ -236,23 +279,46 @@ def _cmd_fence(args: argparse.Namespace) -> int:
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     committables = [c for path in args.committables for c in _load_committables(path)]
-    with _protocol(args) as protocol:
+    with _refusals(args, "audit", topics=[args.topic]), _protocol(args) as protocol:
         report = audit_topic(protocol, args.topic, committables, duplicates=args.duplicates)
     _emit(report.to_dict())
     return 0
 
 
 def _cmd_txn_list(args: argparse.Namespace) -> int:
-    with _protocol(args) as protocol:
+    with _refusals(args, "list transactions"), _protocol(args) as protocol:
         listed = protocol.list_transactions(args.prefix, args.state or None)
         _emit({"transactions": [row.to_dict() for row in listed]})
     return 0
 
 
 def _cmd_txn_describe(args: argparse.Namespace) -> int:
-    with _protocol(args) as protocol:
+    with (
+        _refusals(args, "describe", transactional_ids=args.transactional_id),
+        _protocol(args) as protocol,
+    ):
         described = protocol.describe_transactions(args.transactional_id)
         _emit({"transactions": [d.to_dict() for d in described]})
+    return 0
+
+
+def _cmd_acls(args: argparse.Namespace) -> int:
+    entries = export_acls(args.principal, args.id_prefix, args.topic)
+    applied = False
+    if args.apply:
+        settings = _settings(args)
+        check_tls(settings, args.timeout_ms / 1000)
+        apply_acls(settings, entries, args.timeout_ms)
+        applied = True
+    _emit(
+        {
+            "principal": args.principal,
+            "id_prefix": args.id_prefix,
+            "topics": list(dict.fromkeys(args.topic)),
+            "acls": [e.to_dict() for e in entries],
+            "applied": applied,
+        }
+    )
     return 0
 
 
@@ -319,7 +385,10 @@ def _cmd_recover(args: argparse.Namespace) -> int:
             raise ConfigurationError(
                 f"cannot read a kafka2pc ledger at {shown} ({type(exc).__name__})"
             ) from None
-        with _protocol(args) as protocol:
+        with (
+            _refusals(args, f"recover export {args.export_id!r}"),
+            _protocol(args) as protocol,
+        ):
             controller = TransactionController(protocol, RetryPolicy(deadline_s=args.deadline_s))
             report = recover(
                 ledger,
@@ -359,6 +428,7 @@ def _parser() -> argparse.ArgumentParser:
         _add_audit,
         _add_txn,
         _add_recover,
+        _add_acls,
     ):
         add(commands)
     return parser
@@ -545,6 +615,21 @@ def _add_recover(commands: Any) -> None:
         default=defaults.FINISH_DEADLINE_S,
         help="give up retrying one commit/abort/fence after this long (default %(default)s)",
     )
+
+
+def _add_acls(commands: Any) -> None:
+    sub = _command(
+        commands,
+        "acls",
+        _cmd_acls,
+        "print (JSON) exactly the ACLs an export's principal needs: WRITE, READ and DESCRIBE "
+        "on its topics, WRITE and DESCRIBE on TRANSACTIONAL_ID PREFIXED '<id prefix>-'; "
+        "with --apply, create them (connect as a principal allowed to alter ACLs)",
+    )
+    sub.add_argument("--principal", required=True, help="the export's principal, e.g. User:orders")
+    sub.add_argument("--id-prefix", required=True, help="the export's transactional-id prefix")
+    sub.add_argument("--topic", "-t", required=True, action="append", help="repeatable")
+    sub.add_argument("--apply", action="store_true", help="create the ACLs on the cluster")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,22 @@ class CommittableError(PermanentError, ValueError):
     """A committable document is malformed; the message names the field."""
 
 
+class TlsError(ConfigurationError):
+    """A TLS handshake with the broker failed (its certificate is not trusted or does not
+    name the host, the client certificate is refused, the key does not decrypt); the
+    message names the TLS problem and the ``ssl.*`` setting to change."""
+
+
+class AuthorizationError(PermanentError):
+    """The broker refused an operation for lack of an ACL (TRANSACTIONAL_ID_AUTHORIZATION_
+    FAILED, TOPIC_AUTHORIZATION_FAILED, ...); the message names the principal, the
+    resource and the operations it needs. Carries the Kafka error name."""
+
+    def __init__(self, message: str, error_name: str | None = None) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+
+
 # -- the broker ------------------------------------------------------------------------------
 
 
@@ -179,6 +195,7 @@ class SourceChangedError(PermanentError):
 
 
 __all__ = [
+    "AuthorizationError",
     "BrokerFetchError",
     "BrokerMovedError",
     "BrokerUnreachableError",
@@ -201,6 +218,7 @@ __all__ = [
     "RepairImpossibleError",
     "RetriableError",
     "SourceChangedError",
+    "TlsError",
     "TransactionInDoubtError",
     "UnsupportedError",
     "VerdictMismatchError",

@@ -214,3 +214,18 @@ def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
         "".join(f'{{"id": {i}, "payload": "row-{i}"}}\n' for i in range(start, start + count))
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One broker with TLS (mutual), SASL/SCRAM and ACLs enforced (tests/secure_support.py),
+    shared by the TLS, ACL and TLS-export tests."""
+    if os.environ.get(REAL_KAFKA_ENV):
+        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+    from tests.secure_support import start_secure_broker
+
+    secured = start_secure_broker(tmp_path_factory.mktemp("secure"), TEST_BROKER_CONFIG)
+    try:
+        yield secured
+    finally:
+        secured.broker.stop()

@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -79,6 +80,41 @@ log4j.logger.kafka.coordinator.transaction=INFO
 """
 
 
+@dataclass(frozen=True)
+class BrokerTls:
+    """What a broker needs for its TLS listeners, as PEM files (Kafka 3.x/4.x read them
+    with ``ssl.keystore.type=PEM``/``ssl.truststore.type=PEM``).
+
+    :param keystore: the broker's private key (unencrypted PKCS#8) followed by its
+        certificate chain.
+    :param truststore: the CA certificate(s) client certificates must chain to.
+    :param client_auth: ``required`` (mutual TLS), ``requested`` or ``none``, for the SSL
+        listener; a SASL_SSL listener authenticates by SASL and asks for no certificate.
+    """
+
+    keystore: Path
+    truststore: Path
+    client_auth: str = "required"
+
+    #: An SSL client's principal is its certificate's common name (``User:<CN>``), not
+    #: the whole distinguished name.
+    PRINCIPAL_MAPPING = "RULE:^CN=([^,]+).*$/$1/,DEFAULT"
+
+    def config(self) -> dict[str, str]:
+        if self.client_auth not in ("required", "requested", "none"):
+            raise Kafka2pcError(
+                f"client_auth must be required, requested or none, not {self.client_auth!r}"
+            )
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore),
+            "listener.name.ssl.ssl.client.auth": self.client_auth,
+            "ssl.principal.mapping.rules": self.PRINCIPAL_MAPPING,
+        }
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -128,6 +164,8 @@ class KafkaBroker:
         alone when None.
     :param cluster_id: the id storage is formatted with; every node of a cluster shares
         one. A fresh one when None.
+    :param tls: adds an SSL listener (and a SASL_SSL one with ``sasl_users``) serving
+        these certificates; the PLAINTEXT listener stays for the inter-broker traffic.
     """
 
     SASL_MECHANISM = "SCRAM-SHA-512"
@@ -147,8 +185,10 @@ class KafkaBroker:
         controller_port: int | None = None,
         quorum_voters: str | None = None,
         cluster_id: str | None = None,
+        tls: BrokerTls | None = None,
     ) -> None:
         self.version = version
+        self.tls = tls
         self.node_id = node_id
         self._requested_controller_port = controller_port
         self._quorum_voters = quorum_voters
@@ -156,6 +196,8 @@ class KafkaBroker:
         self._sasl_users = dict(sasl_users or {})
         self._advertised_port = advertised_port
         self.sasl_port = 0
+        self.ssl_port = 0
+        self.sasl_ssl_port = 0
         self._temporary = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="kafka2pc-"))
         self._requested_port = port
@@ -189,6 +231,18 @@ class KafkaBroker:
             "sasl.username": user,
             "sasl.password": self._sasl_users[user],
         }
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        if self.tls is None:
+            raise Kafka2pcError("this broker has no TLS listener (no tls)")
+        return f"{HOST}:{self.ssl_port}"
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        if self.tls is None or not self._sasl_users:
+            raise Kafka2pcError("this broker has no SASL_SSL listener (needs tls and sasl_users)")
+        return f"{HOST}:{self.sasl_ssl_port}"
 
     @property
     def pid(self) -> int | None:
@@ -335,12 +389,16 @@ class KafkaBroker:
             )
         self.controller_port = pick("controller_port", wanted)
         self.sasl_port = pick("sasl_port") if self._sasl_users else 0
+        self.ssl_port = pick("ssl_port") if self.tls else 0
+        self.sasl_ssl_port = pick("sasl_ssl_port") if self.tls and self._sasl_users else 0
         saved.write_text(
             json.dumps(
                 {
                     "port": self.port,
                     "controller_port": self.controller_port,
                     "sasl_port": self.sasl_port,
+                    "ssl_port": self.ssl_port,
+                    "sasl_ssl_port": self.sasl_ssl_port,
                 }
             )
         )
@@ -355,15 +413,24 @@ class KafkaBroker:
         ]
         advertised = [f"PLAINTEXT://{HOST}:{self._advertised_port or self.port}"]
         protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        secured = []
         if self._sasl_users:
-            listeners.append(f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}")
-            advertised.append(f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}")
-            protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
-            mechanism = self.SASL_MECHANISM.lower()
-            config["sasl.enabled.mechanisms"] = self.SASL_MECHANISM
-            config[f"listener.name.sasl_plaintext.{mechanism}.sasl.jaas.config"] = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            )
+            secured.append(("SASL_PLAINTEXT", self.sasl_port))
+        if self.tls is not None:
+            secured.append(("SSL", self.ssl_port))
+            config.update(self.tls.config())
+            if self._sasl_users:
+                secured.append(("SASL_SSL", self.sasl_ssl_port))
+        for name, port in secured:
+            listeners.append(f"{name}://{HOST}:{port}")
+            advertised.append(f"{name}://{HOST}:{port}")
+            protocols.append(f"{name}:{name}")
+            if name.startswith("SASL"):
+                mechanism = self.SASL_MECHANISM.lower()
+                config["sasl.enabled.mechanisms"] = self.SASL_MECHANISM
+                config[f"listener.name.{name.lower()}.{mechanism}.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
         config.update(
             {
                 "node.id": str(self.node_id),

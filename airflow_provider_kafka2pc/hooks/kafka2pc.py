@@ -18,9 +18,11 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from .. import compat, defaults
 from ..errors import ConfigurationError, ProtocolError
 from ..spark.job import private_config_file
+from ..transaction.acls import authorization_error
 from ..transaction.controller import RetryPolicy, TransactionController
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.settings import redact
+from ..transaction.tls import check_tls
 from ..utils.connections import require_connection
 
 
@@ -75,8 +77,22 @@ class Kafka2pcHook(KafkaBaseHook):
 
     @contextmanager
     def protocol(self) -> Iterator[KafkaProtocol]:
-        with KafkaProtocol(self.settings(), timeout_ms=self.timeout_ms) as protocol:
-            yield protocol
+        """A control-plane connection. A TLS problem (untrusted broker certificate, host
+        name not in it, client certificate refused) is named before anything opens, and
+        the broker's authorization refusals inside the block become
+        :class:`~..errors.AuthorizationError`, naming the principal and the missing ACL."""
+        settings = self.settings()
+        check_tls(settings, self.timeout_ms / 1000)
+        try:
+            with KafkaProtocol(settings, timeout_ms=self.timeout_ms) as protocol:
+                yield protocol
+        except Exception as exc:
+            refused = authorization_error(
+                exc, settings, f"use Kafka connection {self.kafka_config_id!r}"
+            )
+            if refused is None:
+                raise
+            raise refused from None
 
     @contextmanager
     def controller(
@@ -98,6 +114,14 @@ class Kafka2pcHook(KafkaBaseHook):
             try:
                 return len(protocol.partition_leaders(topic))
             except ProtocolError as exc:
+                refused = authorization_error(
+                    exc,
+                    self.settings(),
+                    f"use topic {topic!r} through Kafka connection {self.kafka_config_id!r}",
+                    topics=[topic],
+                )
+                if refused is not None:
+                    raise refused from None
                 raise ConfigurationError(
                     f"topic {topic!r} is not usable through Kafka connection "
                     f"{self.kafka_config_id!r}: {exc.error_name}; create it first"

@@ -35,10 +35,12 @@ from pyspark.sql import types as T
 
 from .. import defaults
 from ..errors import ConfigurationError, PrepareError, ProtocolError, SourceChangedError
+from ..transaction.acls import authorization_error
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
+from ..transaction.tls import check_tls
 from .partition_writer import (
     HEADER_PREFIX,
     KEY,
@@ -324,10 +326,16 @@ def _as_binary(column: Column, data_type: T.DataType) -> Column:
 
 
 def _check_topic(producer_config: Mapping[str, Any], topic: str) -> None:
+    check_tls(producer_config)  # a TLS problem named before any executor writes
     with KafkaProtocol(producer_config) as protocol:
         try:
             protocol.partition_leaders(topic)
         except ProtocolError as exc:
+            refused = authorization_error(
+                exc, producer_config, f"use topic {topic!r}", topics=[topic]
+            )
+            if refused is not None:
+                raise refused from None
             raise ConfigurationError(
                 f"topic {topic!r} is not usable at {producer_config.get('bootstrap.servers')}: "
                 f"{exc.error_name}; create it first"

@@ -11,7 +11,9 @@ records are then in the log, in an open transaction), writes ``FILE`` and dies b
 - ``worker``: the Python worker kills itself (a Spark task killed mid-write);
 - ``driver``: it kills the application's JVM (driver and executor in local mode), so the
   whole prepare job dies with the partitions before ``P`` prepared and left open (run it
-  on ``local[1]``: partitions then run one after the other, in order).
+  on ``local[1]``: partitions then run one after the other, in order);
+- ``pause``: it writes ``FILE`` (with its pid) and waits, up to two minutes, for the test
+  to kill it from outside (a Spark standalone worker killed mid-prepare).
 
 The fault fires once: when ``FILE`` exists nothing dies. Kept free of the ``tests``
 package: its functions are pickled by value to the Python workers.
@@ -50,8 +52,12 @@ def die_at(kind: str, fault_partition: int, marker: str, partition: int, attempt
     if partition != fault_partition or os.path.exists(marker):
         return
     time.sleep(1.0)  # librdkafka delivers what it holds: the log has it, open
-    victim = os.getpid() if kind == "worker" else _jvm_of_this_worker()
     facts = {"kind": kind, "partition": partition, "attempt": attempt, "rows": rows}
+    if kind == "pause":
+        Path(marker).write_text(json.dumps({**facts, "pid": os.getpid()}))
+        time.sleep(120)  # the test kills this worker's machine meanwhile
+        return
+    victim = os.getpid() if kind == "worker" else _jvm_of_this_worker()
     Path(marker).write_text(json.dumps({**facts, "victim": victim}))
     os.kill(victim, signal.SIGKILL)
     time.sleep(30)  # the driver case: this worker goes down with its JVM
@@ -59,7 +65,7 @@ def die_at(kind: str, fault_partition: int, marker: str, partition: int, attempt
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="spark_fault_app")
-    parser.add_argument("--fault", choices=("worker", "driver"), required=True)
+    parser.add_argument("--fault", choices=("worker", "driver", "pause"), required=True)
     parser.add_argument("--fault-partition", type=int, required=True)
     parser.add_argument("--fault-marker", required=True)
     ours, rest = parser.parse_known_args(argv)
