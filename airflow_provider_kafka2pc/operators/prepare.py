@@ -167,7 +167,18 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                     id_prefix=self.id_prefix,
                     num_partitions=self.num_partitions,
                 )
-                return self._prepare(context, kafka, ledger, batch, source_args, started)
+                self._source_rows = batch.source_rows
+                result = self._prepare(context, kafka, ledger, batch, source_args, started)
+                self._source_rows = result["source_rows"]
+                return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source this prepare read, with its rows. No output: the topic
+        is the commit task's output, once committed."""
+        from ..utils.openlineage import lineage, source_datasets
+
+        rows = getattr(self, "_source_rows", None)
+        return lineage(self.source, source_datasets(self.source, dict(self.conf or {}), rows))
 
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
