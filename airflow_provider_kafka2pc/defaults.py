@@ -51,6 +51,9 @@ SETTLE_S: Final = 5.0
 #: commit is delayed past its timeout once more).
 MAX_REPAIRS: Final = 2
 
+#: Seconds between a partition's progress lines while the prepare job writes (0: none).
+PROGRESS_INTERVAL_S: Final = 30.0
+
 # -- the Kafka exports page (Airflow UI plugin) -------------------------------------------------
 
 #: Batches shown per export (its in-doubt ones are shown whatever their age).
