@@ -57,6 +57,17 @@ SETTLE_S: Final = 5.0
 #: commit is delayed past its timeout once more).
 MAX_REPAIRS: Final = 2
 
+#: Seconds between a partition's progress lines while the prepare job writes (0: none).
+PROGRESS_INTERVAL_S: Final = 30.0
+
+# -- the Kafka exports page (Airflow UI plugin) -------------------------------------------------
+
+#: Batches shown per export (its in-doubt ones are shown whatever their age).
+UI_RECENT_BATCHES: Final = 10
+#: Bound on connecting to the broker while the page is drawn: a broker that is down makes
+#: the page say so after this long instead of hanging.
+UI_REQUEST_TIMEOUT_MS: Final = 5_000
+
 # -- the Spark prepare job ---------------------------------------------------------------------
 
 

@@ -90,6 +90,32 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "600000",
                         "default": str(defaults.TRANSACTION_TIMEOUT_MS),
                     },
+                    "ui_kafka_conn_id": {
+                        "description": "The kafka connection the Kafka exports page of the UI "
+                        "looks for open transactions on, and recovers through. One per "
+                        "deployment: exports to another cluster are not for this page.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "kafka_default",
+                        "default": defaults.KAFKA_CONN_ID,
+                    },
+                    "ui_ledger_conn_id": {
+                        "description": "The ledger connection (postgres or sqlite) the Kafka "
+                        "exports page reads; empty for SQLite under AIRFLOW_HOME, as exports "
+                        "without a ledger_conn_id use.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "kafka2pc_ledger",
+                        "default": "",
+                    },
+                    "ui_recent_batches": {
+                        "description": "Batches the Kafka exports page shows per export, newest "
+                        "first; batches in doubt are shown whatever their age.",
+                        "version_added": "0.2.0",
+                        "type": "integer",
+                        "example": "25",
+                        "default": str(defaults.UI_RECENT_BATCHES),
+                    },
                 },
             }
         },

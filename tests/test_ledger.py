@@ -388,6 +388,27 @@ def test_loss_repair(ledger: Ledger, names: Names) -> None:
     assert ledger.get(names.export, run).state is BatchState.COMMITTED
 
 
+def test_export_ids_and_recent_batches(ledger: Ledger, names: Names) -> None:
+    """What the exports page lists: every export, and its newest batches first."""
+    runs = [names.run() for _ in range(4)]
+    for state, run in zip(
+        (BatchState.COMMITTED, BatchState.ABORTED, BatchState.PREPARED, BatchState.PREPARING),
+        runs,
+        strict=True,
+    ):
+        drive(ledger, names, run, state)
+    other = Names()
+    begin(ledger, other, other.run())
+    assert ledger.export_ids() == sorted([names.export, other.export])
+    assert [b.run_key for b in ledger.recent(names.export)] == runs[::-1]
+    assert [b.run_key for b in ledger.recent(names.export, limit=2)] == runs[:1:-1]
+    assert [b.state for b in ledger.recent(names.export, limit=2)] == [
+        BatchState.PREPARING,
+        BatchState.PREPARED,
+    ]
+    assert ledger.recent("no-such-export") == []
+
+
 # -- leases -----------------------------------------------------------------------------------
 
 

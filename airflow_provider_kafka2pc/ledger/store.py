@@ -339,6 +339,23 @@ class Ledger:
             rows = conn.execute(query.order_by(batches.c.created_at, batches.c.id))
             return [_to_batch(r) for r in rows]
 
+    def export_ids(self) -> list[str]:
+        """Every export that ever began a batch, sorted (what an overview lists)."""
+        query = select(batches.c.export_id).distinct().order_by(batches.c.export_id)
+        with database.reading(self._engine) as conn:
+            return [row.export_id for row in conn.execute(query)]
+
+    def recent(self, export_id: str, limit: int = 10) -> list[Batch]:
+        """The export's ``limit`` most recently begun batches, newest first."""
+        query = (
+            select(batches)
+            .where(batches.c.export_id == export_id)
+            .order_by(batches.c.created_at.desc(), batches.c.id.desc())
+            .limit(limit)
+        )
+        with database.reading(self._engine) as conn:
+            return [_to_batch(r) for r in conn.execute(query)]
+
     def leases(self, id_prefix: str | None = None) -> list[Lease]:
         query = select(leases).order_by(leases.c.id_prefix, leases.c.slot)
         if id_prefix is not None:

@@ -121,6 +121,7 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         self.max_repairs = max_repairs
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self._source_for_lineage(context)
         with failing_permanent_errors():
             try:
                 hook = ExportHook(self.kafka_conn_id, self.ledger_conn_id)
@@ -163,7 +164,54 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = extra
+        self._committed = (hook.kafka.bootstrap_server(), batch, finished.records)
         return self._result(finished)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """OpenLineage, before committing: the source only. (Returning no dataset would let
+        OpenLineage fall back to the task's outlet and name the topic before it has data.)"""
+        from ..utils.openlineage import lineage, source_datasets
+
+        source, conf = self._source_for_lineage()
+        return lineage(source, source_datasets(source, conf, None))
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the export's source in, the topic out with the records committed."""
+        from ..utils.openlineage import lineage, source_datasets, topic_dataset
+
+        source, conf = self._source_for_lineage()
+        committed = getattr(self, "_committed", None)
+        if committed is None:  # nothing committed by this try: the source only
+            return lineage(source, source_datasets(source, conf, None))
+        server, batch, records = committed
+        inputs = source_datasets(source, conf, batch.source_rows)
+        return lineage(source, inputs, [topic_dataset(server, batch.topic, records)])
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A failed commit reports the source only: no output until the topic has the data."""
+        return self.get_openlineage_facets_on_start()
+
+    def _source_for_lineage(
+        self, context: Context | None = None
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The prepare task's source and Spark settings, rendered for this run: what the
+        committed records were read from. Empty when unknown (no prepare task upstream).
+
+        Worked out once, in the first call that has the run's context: OpenLineage's start
+        (the task's context is current then) or :meth:`execute`; the listener may call the
+        later methods in a forked process, without it.
+        """
+        if getattr(self, "_lineage_source", None) is None:
+            from airflow.sdk import get_current_context
+
+            try:
+                prepare = self.prepare_task().prepare_for_execution()
+                prepare.render_template_fields(context or get_current_context())
+                self._lineage_source = (dict(prepare.source), dict(prepare.conf or {}))
+            except Exception as exc:  # lineage is never worth failing the commit for
+                self.log.debug("no source for OpenLineage: %s", exc)
+                return {}, {}
+        return self._lineage_source
 
     def commit(self, context: Context, coordinator: Coordinator) -> Finished:
         """The commit itself, loss repair included; a subclass may wrap it (it is idempotent)."""

@@ -88,6 +88,10 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         ``[kafka2pc] transaction_timeout_ms`` (900000 unless configured).
     :param manifest_dir: where the job writes its manifest, any Hadoop URI the driver and
         this worker can both reach; default: a temporary local directory.
+    :param progress_interval_s: each partition logs "rows written of rows to write" at
+        most this often while the job writes (0: never). The lines are the executors':
+        they reach this task's log when the executors run in the spark-submit process
+        (``local[*]``), and the executors' logs otherwise.
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
     """
 
@@ -120,6 +124,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         spark_conn_id: str = defaults.SPARK_CONN_ID,
         transaction_timeout_ms: int | None = None,
         manifest_dir: str | None = None,
+        progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
@@ -150,6 +155,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             else transaction_timeout_ms
         )
         self.manifest_dir = manifest_dir
+        self.progress_interval_s = progress_interval_s
 
     # -- the task -----------------------------------------------------------------------
 
@@ -167,7 +173,18 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                     id_prefix=self.id_prefix,
                     num_partitions=self.num_partitions,
                 )
-                return self._prepare(context, kafka, ledger, batch, source_args, started)
+                self._source_rows = batch.source_rows
+                result = self._prepare(context, kafka, ledger, batch, source_args, started)
+                self._source_rows = result["source_rows"]
+                return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source this prepare read, with its rows. No output: the topic
+        is the commit task's output, once committed."""
+        from ..utils.openlineage import lineage, source_datasets
+
+        rows = getattr(self, "_source_rows", None)
+        return lineage(self.source, source_datasets(self.source, dict(self.conf or {}), rows))
 
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
@@ -359,6 +376,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             self.topic,
             "--transaction-timeout-ms",
             str(self.transaction_timeout_ms),
+            "--progress-interval-s",
+            str(self.progress_interval_s),
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],

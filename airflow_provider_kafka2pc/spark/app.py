@@ -88,6 +88,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--transaction-timeout-ms", type=int, default=defaults.TRANSACTION_TIMEOUT_MS
     )
+    parser.add_argument(
+        "--progress-interval-s",
+        type=float,
+        default=defaults.PROGRESS_INTERVAL_S,
+        help="each partition logs rows written of rows to write at most this often (0: never)",
+    )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
     parser.add_argument(
@@ -193,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 header_columns=args.header_columns,
                 transaction_timeout_ms=args.transaction_timeout_ms,
                 job_label=args.job_label,
+                progress_interval_s=args.progress_interval_s,
                 repair=Repair(args.only_partitions, args.expected_partition_rows)
                 if repair
                 else None,

@@ -49,6 +49,7 @@ from .partition_writer import (
     ArrowBatchCallback,
     partition_writer,
 )
+from .progress import PartitionProgress
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def prepare_dataframe(
     require_keys: bool | None = None,
     on_batch: ArrowBatchCallback | None = None,
     repair: Repair | None = None,
+    progress_interval_s: float | None = None,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -109,6 +111,9 @@ def prepare_dataframe(
         (partition, attempt, rows so far): progress reporting, and fault injection in tests.
     :param repair: loss repair (:class:`Repair`): write only its partitions, and only if
         the input still holds the recorded rows.
+    :param progress_interval_s: each partition writes "rows written of rows to write" to
+        its executor's stderr at most this often (:class:`~.progress.PartitionProgress`);
+        None or 0: no progress lines.
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -152,6 +157,17 @@ def prepare_dataframe(
                 f"key column {key_column!r} is null in {null_keys} rows; keys are required "
                 "(filter them out, or pass require_keys=False)"
             )
+        log.info(
+            "run %s: writing %d rows in %d partitions %s",
+            job_label,
+            source_rows,
+            len(selected),
+            [partition_rows[i] for i in selected],
+        )
+        if progress_interval_s:
+            on_batch = _with_progress(
+                on_batch, PartitionProgress(job_label, partition_rows, progress_interval_s)
+            )
         writer = partition_writer(
             ids, producer_config, topic, transaction_timeout_ms, list(header_columns), on_batch
         )
@@ -191,6 +207,20 @@ def prepare_dataframe(
         f" (partitions {list(selected)} of {len(ids)})" if partial else "",
     )
     return batch
+
+
+def _with_progress(
+    on_batch: ArrowBatchCallback | None, progress: PartitionProgress
+) -> ArrowBatchCallback:
+    """``progress`` after the caller's own callback (a fault injected there comes first)."""
+    if on_batch is None:
+        return progress
+
+    def both(partition: int, attempt: int, rows: int) -> None:
+        on_batch(partition, attempt, rows)
+        progress(partition, attempt, rows)
+
+    return both
 
 
 def _selected(only_partitions: Sequence[int] | None, partitions: int) -> tuple[int, ...]:

@@ -30,3 +30,19 @@ def commit_margin_s() -> float:
 
 def transaction_timeout_ms() -> int:
     return conf.getint(SECTION, "transaction_timeout_ms", fallback=defaults.TRANSACTION_TIMEOUT_MS)
+
+
+def ui_kafka_conn_id() -> str:
+    """The ``kafka`` connection the Kafka exports page discovers and recovers through."""
+    return conf.get(SECTION, "ui_kafka_conn_id", fallback=defaults.KAFKA_CONN_ID) or (
+        defaults.KAFKA_CONN_ID
+    )
+
+
+def ui_ledger_conn_id() -> str | None:
+    """The ledger connection the Kafka exports page reads; None: SQLite under AIRFLOW_HOME."""
+    return conf.get(SECTION, "ui_ledger_conn_id", fallback="") or None
+
+
+def ui_recent_batches() -> int:
+    return conf.getint(SECTION, "ui_recent_batches", fallback=defaults.UI_RECENT_BATCHES)
