@@ -73,11 +73,10 @@ def print_parts(results: Results, sides: Sequence[str] | None = None, say: Say =
     for side in sides or results.sides:
         runs = results.runs[side]
         names = list(dict.fromkeys(name for r in runs for name in r.parts))
-        if names:
-            phases = ", ".join(
-                f"{n} {fmt(median([r.parts.get(n, float('nan')) for r in runs]))}" for n in names
-            )
-            say(f"  {side}: {phases} (s, medians)")
+        phases = ", ".join(
+            f"{n} {fmt(median([r.parts.get(n, float('nan')) for r in runs]))}" for n in names
+        )
+        say(f"  {side}: {phases or 'no phases told apart'} (s, medians)")
         groups = list(dict.fromkeys(g for r in runs for g in r.meter.cpu_groups))
         if groups:
             cpu = ", ".join(

@@ -64,44 +64,47 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
+def _job_name(stage_name: str) -> str:
+    """``collect at /path/prepare.py:353`` -> ``collect at prepare.py:353``."""
+    action, _, where = stage_name.partition(" at ")
+    return f"{action} at {where.rsplit('/', 1)[-1]}" if where else action
+
+
 def timeline(event_dir: Path, started_ms: float, ended_ms: float) -> dict[str, float]:
-    """Seconds from launch to the application's start, in and between its jobs (each job
-    named after its last stage), and from its last job to the process's exit."""
-    logs = sorted(event_dir.glob("*"), key=lambda p: p.stat().st_mtime)
+    """Seconds from launch to the application's start, to its first job, in its jobs (summed
+    by the call site of their last stage: adaptive execution splits one action into several
+    jobs), between jobs, and from its last job to the process's exit."""
+    logs = sorted((p for p in event_dir.glob("*") if p.is_file()), key=lambda p: p.stat().st_mtime)
     if not logs:
         return {}
-    app_start = app_end = None
-    jobs: dict[int, dict[str, float | str]] = {}
+    app: dict[str, float] = {}
+    jobs: dict[int, list] = {}
     with logs[-1].open() as f:
         for line in f:
             event = json.loads(line)
             kind = event["Event"]
-            if kind == "SparkListenerApplicationStart":
-                app_start = event["Timestamp"]
-            elif kind == "SparkListenerApplicationEnd":
-                app_end = event["Timestamp"]
+            if kind in ("SparkListenerApplicationStart", "SparkListenerApplicationEnd"):
+                app[kind] = event["Timestamp"]
             elif kind == "SparkListenerJobStart":
                 last = max(event["Stage Infos"], key=lambda s: s["Stage ID"])
-                jobs[event["Job ID"]] = {
-                    "name": last["Stage Name"].split(" at ")[0],
-                    "start": event["Submission Time"],
-                }
+                jobs[event["Job ID"]] = [_job_name(last["Stage Name"]), event["Submission Time"]]
             elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
-                jobs[event["Job ID"]]["end"] = event["Completion Time"]
-    if app_start is None:
+                jobs[event["Job ID"]].append(event["Completion Time"])
+    done = [j for _, j in sorted(jobs.items()) if len(j) == 3]
+    if "SparkListenerApplicationStart" not in app or not done:
         return {}
-    parts = {"launch to Spark app start": (app_start - started_ms) / 1000}
-    outside, cursor = 0.0, float(app_start)
-    for job_id in sorted(jobs):
-        job = jobs[job_id]
-        if "end" in job:
-            start, end = float(job["start"]), float(job["end"])
-            name = f"job {job['name']}"
-            while name in parts:  # the same action twice: number them
-                name += "'"
-            parts[name] = (end - start) / 1000
-            outside, cursor = outside + (start - cursor) / 1000, end
-    stop = float(app_end) if app_end is not None else cursor
-    parts["driver outside jobs"] = outside + (stop - cursor) / 1000
-    parts["Spark app end to exit"] = (ended_ms - stop) / 1000
+    start = app["SparkListenerApplicationStart"]
+    stop = app.get("SparkListenerApplicationEnd", done[-1][2])
+    parts = {
+        "launch to Spark app start": (start - started_ms) / 1000,
+        "app start to first job": (done[0][1] - start) / 1000,
+    }
+    between = 0.0
+    for i, (name, begin, end) in enumerate(done):
+        parts[f"jobs {name}"] = parts.get(f"jobs {name}", 0.0) + (end - begin) / 1000
+        if i:
+            between += (begin - done[i - 1][2]) / 1000
+    parts["between jobs"] = between
+    parts["last job to app end"] = (stop - done[-1][2]) / 1000
+    parts["app end to exit"] = (ended_ms - stop) / 1000
     return parts
