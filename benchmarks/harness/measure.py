@@ -150,20 +150,23 @@ class _Sampler(threading.Thread):
 
 
 @contextlib.contextmanager
-def measure(broker_pid: int | None = None) -> Iterator[Meter]:
-    """Measure the block: wall seconds, CPU (total and by process group), the broker's CPU."""
+def measure(broker_pid: int | None = None, *, by_group: bool = True) -> Iterator[Meter]:
+    """Measure the block: wall seconds, CPU (total, and by process group unless
+    ``by_group`` is False: its sampling thread would take the GIL from an in-process side
+    now and then), the broker's CPU."""
     meter = Meter()
     exclude = [broker_pid] if broker_pid else []
     broker_before = process_cpu(broker_pid) if broker_pid else None
     before = sum(p.cpu for p in _tree(exclude))
-    sampler = _Sampler(exclude)
-    sampler.start()
+    sampler = _Sampler(exclude) if by_group else None
+    if sampler is not None:
+        sampler.start()
     start = time.perf_counter()
     try:
         yield meter
     finally:
         meter.seconds = time.perf_counter() - start
-        meter.cpu_groups = sampler.groups()
+        meter.cpu_groups = sampler.groups() if sampler is not None else {}
         # Exact: a descendant that exited and was reaped meanwhile moved into its parent's
         # count of waited-for children.
         meter.cpu = sum(p.cpu for p in _tree(exclude)) - before
