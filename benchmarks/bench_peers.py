@@ -71,7 +71,7 @@ from harness import (
 from airflow_provider_kafka2pc.broker import fetch_kafka
 from airflow_provider_kafka2pc.broker.distribution import java_binary
 from airflow_provider_kafka2pc.spark.submit import spark_submit_binary, submit_prepare
-from airflow_provider_kafka2pc.transaction.batch import PreparedBatch
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/peers")
 APPS = Path(__file__).resolve().parent / "peer_apps"
@@ -243,7 +243,7 @@ class Peers:
             ended = now_ms()
         if committed.returncode != 0:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
-        batch = PreparedBatch.from_json(manifest.read_text())
+        batch = Manifest.from_json(manifest.read_text())
         meta = batch.metadata
         parts = {
             "spark-submit (prepare)": (prepared_ms - started) / 1000,

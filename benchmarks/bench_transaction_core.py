@@ -63,6 +63,7 @@ from airflow_provider_kafka2pc.transaction.controller import Outcome, Transactio
 from airflow_provider_kafka2pc.transaction.protocol import (
     FETCH_MAX_BYTES,
     ApiKey,
+    ControlType,
     FetchAnswer,
     InitProducerIdAnswer,
     KafkaProtocol,
@@ -206,11 +207,11 @@ class CountingProtocol:
         transactional_id: str,
         producer_id: int,
         epoch: int,
-        commit: bool,
+        result: ControlType,
         version: int,
     ) -> int:
         with self._count("EndTxn"):
-            code = self._inner.end_txn(node, transactional_id, producer_id, epoch, commit, version)
+            code = self._inner.end_txn(node, transactional_id, producer_id, epoch, result, version)
         self._after_end_txn = True
         return code
 
