@@ -329,7 +329,9 @@ class Peers:
             raise SystemExit(f"ProducerPerformance failed; see {files / 'output.log'}")
         summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
         # Random keyless payload: the count and the markers are checked, not the content.
-        expected = self._expected(data, digest=None, partition_counts=None, keys_unique=False)
+        expected = self._expected(
+            data, content=False, digest=None, partition_counts=None, keys_unique=False
+        )
         return checked(
             self.cluster, PRODUCER_PERF, meter, topic, expected, info={"summary": summary}
         )
