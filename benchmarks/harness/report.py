@@ -26,13 +26,17 @@ def fmt(value: float, spec: str = ".2f") -> str:
 
 
 def print_table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], say: Say = print, indent: int = 2
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    say: Say = print,
+    indent: int = 2,
+    left: Sequence[int] = (0,),
 ) -> None:
-    """First column left-aligned, the others right-aligned, widths from the content."""
+    """Columns ``left`` (the first) left-aligned, the others right-aligned (numbers)."""
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, *rows]:
         cells = [
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            str(c).ljust(w) if i in left else str(c).rjust(w)
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
         say(" " * indent + "  ".join(cells).rstrip())
@@ -121,9 +125,11 @@ def print_verification(results: Results, say: Say = print) -> bool:
     """One line per run (the warm-up included); True when every checked output passed."""
     for run in results.all_runs():
         check = run.verification
-        status = "not checked" if check is None else ("OK" if check.ok else "FAILED")
-        detail = "" if check is None else f" ({check.summary()})"
-        say(f"  verified {status:<11} {run.side}: {check.topic if check else ''}{detail}")
+        if check is None:
+            say(f"  verified -      {run.side}: nothing to check (no output)")
+        else:
+            status = "OK" if check.ok else "FAILED"
+            say(f"  verified {status:<6} {run.side}: {check.topic} ({check.summary()})")
     return results.verified
 
 

@@ -60,7 +60,8 @@ class Run:
         return self.rows / self.seconds if self.seconds > 0 else float("nan")
 
     def metric(self, name: str) -> float:
-        value = getattr(self, name)
+        """An attribute (seconds, cpu, broker_cpu, rate) or a named phase."""
+        value = self.parts.get(name) if name in self.parts else getattr(self, name, None)
         return float("nan") if value is None else float(value)
 
 
@@ -101,7 +102,7 @@ def interleave(
             run = sides[name](Round(number, label))
             (results.warmups if number == 0 else results.runs[name]).append(run)
             check = run.verification
-            status = "not checked" if check is None else check.summary()
+            status = "no output checked here" if check is None else check.summary()
             say(f"  {label:<7} {name:<34} {status}")
     results.load = (load_start, os.getloadavg())
     return results
