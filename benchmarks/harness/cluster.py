@@ -13,7 +13,6 @@ import contextlib
 import sys
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -77,12 +76,7 @@ class Cluster:
         self._protocol = KafkaProtocol(self.config)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             if self._external:
                 self.delete_topics(list(self._topics))
