@@ -48,11 +48,9 @@ from harness import (
     add_cluster_arguments,
     checked,
     interleave,
-    machine_line,
     measure,
-    print_runs,
+    print_results,
     print_table,
-    print_verification,
 )
 
 from airflow_provider_kafka2pc.ledger import Ledger, ParticipantState, Verdict
@@ -196,10 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         sides = {name: (lambda rnd, m=mode: bench.run_mode(m, rnd)) for name, mode in modes.items()}
         results = interleave(sides, 1, warmup=False)
 
-    print("\nverification:")
-    ok = print_verification(results)
-    print(f"\n{machine_line(results)}")
-    print_runs(results)
+    ok = print_results(results, f"{args.runs} runs x {p} participants x {args.rows} records")
     pooled, fresh = (results.runs[name][0] for name in modes)
     print_table(
         ["", "pooled", "fresh"],

@@ -60,12 +60,9 @@ from harness import (
     add_cluster_arguments,
     fmt,
     interleave,
-    machine_line,
     measure,
     median,
-    print_parts,
-    print_ratios,
-    print_runs,
+    print_results,
     verify_topic,
 )
 
@@ -257,13 +254,8 @@ def report(args: argparse.Namespace, results: Results, checks: list[tuple[str, b
     for text, ok in checks:
         say(f"  verified {'OK' if ok else 'FAILED'}: {text}")
     cold = ", ".join(f"{r.side} {r.seconds:.2f} s" for r in results.warmups)
-    say(
-        f"\n{args.rows:,} rows, {args.partitions} partitions; {machine_line(results)}; cold "
-        f"(the first export in this process): {cold}"
-    )
-    print_runs(results, say)
-    print_parts(results, say=say)
-    print_ratios(results, [(DAG, DIRECT)], say=say)
+    title = f"{args.rows:,} rows, {args.partitions} partitions; cold (first export here): {cold}"
+    print_results(results, title, [(DAG, DIRECT)], verification=False, say=say)
     dag, direct = results.runs[DAG], results.runs[DIRECT]
     overhead = [a.seconds - b.seconds for a, b in zip(dag, direct, strict=True)]
     outside = [

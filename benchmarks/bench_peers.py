@@ -58,10 +58,7 @@ from harness import (
     measure,
     now_ms,
     peers_root,
-    print_parts,
-    print_ratios,
-    print_runs,
-    print_verification,
+    print_results,
     python_venv,
     same_partition_counts,
     spark_submit,
@@ -375,26 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         results = interleave(sides, args.rounds, say=lambda s: print(s, flush=True))
 
-    print("\nverification (log audit, read_committed, digest of keys and values):")
-    ok = print_verification(results)
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
-    print(
-        f"  per-partition counts equal across {', '.join(s for s in sides if s != PRODUCER_PERF)}:"
-        f" {'yes' if same else 'NO'} ({counts})"
-    )
-    ok &= same
-    if not ok:
-        print("\nNOT VERIFIED: the times below are not comparable")
-    print(f"\n{args.rows:,} rows; {machine_line(results)}")
-    for side in results.sides:
-        print(f"  {side}: {GUARANTEES[side]}")
-    print_runs(results)
-    print("\nwhere the time goes:")
-    print_parts(results)
     pairs = [(KAFKA2PC, peer) for peer in results.sides if peer != KAFKA2PC]
-    print()
-    print_ratios(results, pairs)
+    guarantees = "".join(f"\n  {side}: {GUARANTEES[side]}" for side in results.sides)
+    ok = print_results(results, f"{args.rows:,} rows{guarantees}", pairs) and same
+    names = ", ".join(s for s in results.sides if s != PRODUCER_PERF)
+    print(f"per-partition counts equal across {names}: {'yes' if same else 'NO'} ({counts})")
     print(json.dumps({"verified": ok}))
     return 0 if ok else 1
 

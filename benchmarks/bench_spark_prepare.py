@@ -70,11 +70,8 @@ from harness import (
     machine_line,
     measure,
     median,
-    print_parts,
-    print_ratios,
-    print_runs,
+    print_results,
     print_table,
-    print_verification,
     ratios,
 )
 
@@ -470,17 +467,10 @@ def report(
     results: Results,
     rss: list[tuple[int, dict[str, Any], Run]],
 ) -> bool:
-    print("\nverification:")
-    ok = print_verification(results) and cold.run.verification.ok  # type: ignore[union-attr]
-    ok &= all(run.verification.ok for _, _, run in rss)  # type: ignore[union-attr]
-    print(f"\n{args.rows:,} rows, {args.partitions} partitions, local[2]; {machine_line(results)}")
-    print_runs(results)
-    print_parts(results)
-    print_ratios(
-        results,
-        [(TX, IDEMPOTENT), (TX, PLAIN)],
-        metrics=("rate", "write", "cpu", "broker_cpu"),
-    )
+    title = f"{args.rows:,} rows, {args.partitions} partitions, local[2]"
+    pairs = [(TX, IDEMPOTENT), (TX, PLAIN)]
+    ok = print_results(results, title, pairs, ("rate", "write", "cpu", "broker_cpu"))
+    ok &= all(r.verification.ok for r in [cold.run, *(run for _, _, run in rss)])  # type: ignore[union-attr]
     tx, rows = results.runs[TX], args.rows
     tx_ratio = median(ratios(results, TX, IDEMPOTENT, "rate"))
     write_rate = median([rows / r.parts["write"] for r in tx])

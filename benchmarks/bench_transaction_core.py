@@ -50,8 +50,7 @@ from harness import (
     machine_line,
     measure,
     median,
-    print_ratios,
-    print_runs,
+    print_results,
     print_table,
     print_verification,
     ratios,
@@ -345,14 +344,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(b) {args.committables} commits", flush=True)
         commits = bench_commits(cluster, args)
 
-    print("\nverification:")
-    ok = print_verification(fixed) & print_verification(throughput)
-    print(
-        f"\n(a) writer throughput, {args.records:,} records of {Dataset(1).record_bytes:.0f} B, "
-        f"{args.partitions} partitions; {machine_line(throughput)}"
+    ok = print_verification(fixed)
+    title = (
+        f"(a) writer throughput, {args.records:,} records of {Dataset(1).record_bytes:.0f} B, "
+        f"{args.partitions} partitions"
     )
-    print_runs(throughput)
-    print_ratios(throughput, [(WRITER, IDEM_CB), (WRITER, IDEM_NOCB)], metrics=("rate", "cpu"))
+    pairs = [(WRITER, IDEM_CB), (WRITER, IDEM_NOCB)]
+    ok &= print_results(throughput, title, pairs, ("rate", "cpu"))
     fixed_ms = "; ".join(
         f"{side} {fmt(median([r.seconds for r in fixed.runs[side]]) * 1000, '.1f')}"
         for side in fixed.sides

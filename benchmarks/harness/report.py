@@ -139,3 +139,28 @@ def same_partition_counts(runs: Sequence[Run]) -> tuple[bool, str]:
     counts = {tuple(r.verification.partition_counts) for r in runs if r.verification is not None}
     shown = "; ".join(str(list(c)) for c in counts)
     return len(counts) == 1, shown
+
+
+def print_results(
+    results: Results,
+    title: str,
+    pairs: Sequence[tuple[str, str]] = (),
+    metrics: Sequence[str] = ("seconds", "cpu", "broker_cpu"),
+    *,
+    verification: bool = True,
+    say: Say = print,
+) -> bool:
+    """The closing report: every run's verification first (no time is shown before it),
+    then the runs, their phases and the ratios. True when every checked output passed."""
+    ok = True
+    if verification:
+        say("\nverification (log audit, read_committed, digest of keys and values):")
+        ok = print_verification(results, say)
+        if not ok:
+            say("NOT VERIFIED: the times below are not comparable")
+    say(f"\n{title}; {machine_line(results)}")
+    print_runs(results, say)
+    print_parts(results, say=say)
+    if pairs:
+        print_ratios(results, pairs, metrics, say)
+    return ok
