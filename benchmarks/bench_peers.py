@@ -59,6 +59,7 @@ from harness import (
     now_ms,
     peers_root,
     print_results,
+    profiled,
     python_venv,
     same_partition_counts,
     spark_submit,
@@ -346,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-rows", type=int, default=200_000)
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N], Flink parallelism")
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="afterwards, one extra kafka2pc run under py-spy (not timed): where its Python "
+        "processes spend their CPU",
+    )
+    parser.add_argument(
         "--systems",
         type=lambda text: [s.strip() for s in text.split(",")],
         default=systems,
@@ -371,14 +378,25 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         results = interleave(sides, args.rounds, say=lambda s: print(s, flush=True))
+        profile = None
+        if args.profile:
+            print("profiling one more kafka2pc run with py-spy (not timed)", flush=True)
+            with profiled(bench.work / "py-spy") as profile:
+                extra = bench.kafka2pc(Round(args.rounds + 1, "profile"))
+            print(f"  profile {KAFKA2PC:<26} {extra.verification.summary()}", flush=True)  # type: ignore[union-attr]
 
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
     pairs = [(KAFKA2PC, peer) for peer in results.sides if peer != KAFKA2PC]
-    guarantees = "".join(f"\n  {side}: {GUARANTEES[side]}" for side in results.sides)
-    ok = print_results(results, f"{args.rows:,} rows{guarantees}", pairs) and same
+    legend = [f"{side}: {GUARANTEES[side]}" for side in results.sides]
+    title = f"{args.rows:,} rows, {args.partitions} partitions, {bench.master}"
+    ok = print_results(results, title, pairs, legend=legend) and same
     names = ", ".join(s for s in results.sides if s != PRODUCER_PERF)
     print(f"per-partition counts equal across {names}: {'yes' if same else 'NO'} ({counts})")
+    if profile is not None:
+        print(f"\nkafka2pc's Python processes under py-spy ({args.rows:,} rows, CPU s):")
+        for line in profile.lines():
+            print(f"  {line}")
     print(json.dumps({"verified": ok}))
     return 0 if ok else 1
 

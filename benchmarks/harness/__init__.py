@@ -20,6 +20,7 @@ from .cluster import Cluster, add_cluster_arguments
 from .data import Dataset, Digest, Record, key_of, value_of
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
 from .measure import Meter, measure
+from .profile import Profile, profiled
 from .report import (
     fmt,
     machine_line,
@@ -45,6 +46,7 @@ __all__ = [
     "Expected",
     "Meter",
     "PeerUnavailable",
+    "Profile",
     "Record",
     "Results",
     "Round",
@@ -69,6 +71,7 @@ __all__ = [
     "print_runs",
     "print_table",
     "print_verification",
+    "profiled",
     "python_venv",
     "ratios",
     "same_partition_counts",

@@ -77,17 +77,19 @@ def print_parts(results: Results, sides: Sequence[str] | None = None, say: Say =
     for side in sides or results.sides:
         runs = results.runs[side]
         names = list(dict.fromkeys(name for r in runs for name in r.parts))
-        phases = ", ".join(
-            f"{n} {fmt(median([r.parts.get(n, float('nan')) for r in runs]))}" for n in names
-        )
-        say(f"  {side}: {phases or 'no phases told apart'} (s, medians)")
         groups = list(dict.fromkeys(g for r in runs for g in r.meter.cpu_groups))
+        if names:
+            phases = ", ".join(
+                f"{n} {fmt(median([r.parts.get(n, float('nan')) for r in runs]))}" for n in names
+            )
+            say(f"  {side}: {phases} (s, medians)")
         if groups:
             cpu = ", ".join(
                 f"{g} {fmt(median([r.meter.cpu_groups.get(g, 0.0) for r in runs]), '.1f')}"
                 for g in groups
             )
-            say(f"    CPU s by process group: {cpu}")
+            label = "CPU s by process" if names else f"{side}: CPU s by process"
+            say(f"    {label}: {cpu}")
 
 
 def ratios(results: Results, a: str, b: str, metric: str = "seconds") -> list[float]:
@@ -147,6 +149,7 @@ def print_results(
     pairs: Sequence[tuple[str, str]] = (),
     metrics: Sequence[str] = ("seconds", "cpu", "broker_cpu"),
     *,
+    legend: Sequence[str] = (),
     verification: bool = True,
     say: Say = print,
 ) -> bool:
@@ -159,6 +162,8 @@ def print_results(
         if not ok:
             say("NOT VERIFIED: the times below are not comparable")
     say(f"\n{title}; {machine_line(results)}")
+    for line in legend:
+        say(f"  {line}")
     print_runs(results, say)
     print_parts(results, say=say)
     if pairs:
