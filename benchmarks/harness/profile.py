@@ -53,16 +53,23 @@ class Profile:
             incl = ", ".join(
                 f"{f} {s:.1f}"
                 for f, s in self.inclusive[kind].most_common(3 * top)
-                if not f.startswith(("<module>", "main ", "_bootstrap", "run "))
+                if not f.startswith(_WRAPPERS)
             )
             out.append(f"  inclusive: {incl}")
         return out
 
 
 def _short(frame: str) -> str:
-    """``write (airflow_provider_kafka2pc/transaction/writer.py:160)`` -> ``write (writer.py)``."""
+    """``write (airflow_provider_kafka2pc/transaction/writer.py:160)`` -> ``write (writer.py)``;
+    every frame of the import machinery -> ``importing modules``."""
     name, _, where = frame.partition(" (")
+    if where.startswith("<frozen"):
+        return "importing modules"
     return f"{name} ({where.rsplit('/', 1)[-1].split(':')[0]})" if where else name
+
+
+#: Frames that only wrap everything below them: not worth a line of their own.
+_WRAPPERS = ("<module>", "main (", "_run_", "Thread._bootstrap", "manager (", "worker (")
 
 
 def _kind(command: str) -> str:
@@ -95,10 +102,14 @@ def profiled(output: Path, rate: int = 100) -> Iterator[Profile]:
     finally:
         process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
         process.wait(timeout=120)
+    me = str(os.getpid())
     for line in raw.read_text().splitlines() if raw.exists() else ():
         stack, _, count = line.rpartition(" ")
+        # A stack starts with the process's ancestry ("process PID:cmdline" frames).
         frames = stack.split(";")
-        match = _PROCESS.match(frames[0])
-        if match is None or len(frames) < 2 or not count.isdigit():
+        last = max((i for i, f in enumerate(frames) if _PROCESS.match(f)), default=None)
+        if last is None or last + 1 >= len(frames) or not count.isdigit():
             continue
-        profile.add(_kind(match.group(2)), frames[1:], int(count))
+        pid, command = _PROCESS.match(frames[last]).groups()  # type: ignore[union-attr]
+        if pid != me:  # the benchmark itself (its sampler, its checks) is not the subject
+            profile.add(_kind(command), frames[last + 1 :], int(count))
