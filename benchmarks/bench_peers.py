@@ -33,6 +33,7 @@ Run: ``python benchmarks/bench_peers.py [--rows 2000000 --partitions 8 --rounds 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness import (
     Cluster,
@@ -192,15 +194,14 @@ class Peers:
     def _dataset(self, rnd: Round) -> Dataset:
         return self.warm if rnd.warmup else self.full
 
-    def _expected(self, data: Dataset, **overrides: object) -> Expected:
+    def _expected(self, data: Dataset, **overrides: Any) -> Expected:
+        """The source's rows, digest and Java placement, unless ``overrides`` say otherwise."""
         expected = Expected(
             data.rows,
             digest=data.digest(),
             partition_counts=data.partition_counts(self.args.partitions),
         )
-        for name, value in overrides.items():
-            setattr(expected, name, value)
-        return expected
+        return dataclasses.replace(expected, **overrides)
 
     def _files(self, rnd: Round, side: str) -> Path:
         path = self.work / f"{rnd.label}-{side.split()[0].lower()}"

@@ -24,7 +24,7 @@ from .cluster import Cluster
 from .data import Digest
 
 #: Seconds a read_committed reader waits for partitions to reach their end.
-READ_TIMEOUT_S = 120.0
+READ_TIMEOUT_S = 300.0
 
 
 @dataclass
