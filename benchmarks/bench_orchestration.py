@@ -74,8 +74,7 @@ from airflow_provider_kafka2pc.demo import (
     load_example_dag,
     run_interval,
 )
-from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF as SUBMIT_DEFAULT_CONF
-from airflow_provider_kafka2pc.spark.submit import submit_prepare
+from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF, submit_prepare
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 
@@ -87,7 +86,7 @@ DAG = "DAG (dag.test)"
 DIRECT = "direct"
 TASKS = ("recover", "prepare", "decide", "commit")
 SPARK_SUBMIT = "spark-submit"
-#: Spark's own defaults of the settings submit.py changes (Spark's configuration docs).
+#: Spark's own defaults of the settings ``submit_prepare`` changes (Spark's configuration docs).
 SPARK_DEFAULTS = {"spark.ui.enabled": "true", "spark.sql.shuffle.partitions": "200"}
 
 #: The terminal: fds 1 and 2 go to Airflow's output file while the benchmark runs.
@@ -156,15 +155,10 @@ class Orchestration:
 
     def operator_conf(self) -> dict[str, str]:
         """The Spark settings the prepare operator submits with, so that both sides run the
-        very same Spark job: submit.py's defaults it does not share go back to Spark's own."""
-        from airflow_provider_kafka2pc.operators.prepare import DEFAULT_SPARK_CONF
-
+        very same Spark job: the local defaults ``submit_prepare`` adds go back to Spark's
+        own, the task's ``conf`` is applied as the operator applies it."""
         task = self.dag.get_task(f"{GROUP_ID}.prepare")
-        conf = {**DEFAULT_SPARK_CONF, **(task.conf or {})}
-        for key in SUBMIT_DEFAULT_CONF:
-            if key not in conf and key in SPARK_DEFAULTS:
-                conf[key] = SPARK_DEFAULTS[key]
-        return conf
+        return {**{k: SPARK_DEFAULTS[k] for k in LOCAL_CONF}, **(task.conf or {})}
 
     # -- the two sides ----------------------------------------------------------------------
 

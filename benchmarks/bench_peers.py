@@ -70,7 +70,8 @@ from harness import (
 
 from airflow_provider_kafka2pc.broker import fetch_kafka
 from airflow_provider_kafka2pc.broker.distribution import java_binary
-from airflow_provider_kafka2pc.spark.submit import spark_submit_binary, submit_prepare
+from airflow_provider_kafka2pc.spark.job import spark_submit_binary
+from airflow_provider_kafka2pc.spark.submit import submit_prepare
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/peers")

@@ -137,11 +137,13 @@ def start_spark(driver_memory: str) -> tuple[Any, Any]:
     """The session and the JVM's process (to stop it by its PID at the end)."""
     from pyspark.sql import SparkSession
 
-    from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF
+    from airflow_provider_kafka2pc import defaults
+    from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF
 
     os.environ.update(PYTHON_ENV)
     builder = SparkSession.builder.master("local[2]").appName("bench-spark-prepare")
-    for key, value in {**DEFAULT_CONF, "spark.driver.memory": driver_memory}.items():
+    conf = defaults.spark_conf(LOCAL_CONF, {"spark.driver.memory": driver_memory})
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

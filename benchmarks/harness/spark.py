@@ -16,7 +16,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF, spark_submit_binary
+from airflow_provider_kafka2pc import defaults
+from airflow_provider_kafka2pc.spark.job import spark_submit_binary
+from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF
 
 #: Python workers and the driver run this interpreter (it has the package and pyarrow).
 PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -43,9 +45,10 @@ def spark_submit(
     log_path: Path,
     timeout_s: float = 1800,
 ) -> subprocess.CompletedProcess[str]:
-    """spark-submit ``application`` with the package's default settings plus ``conf``."""
+    """spark-submit ``application`` with the settings the package's own local submit uses
+    (``submit_prepare``), plus ``conf``."""
     command = [spark_submit_binary(), "--master", master]
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in defaults.spark_conf(LOCAL_CONF, dict(conf or {})).items():
         command += ["--conf", f"{key}={value}"]
     if jars:
         command += ["--jars", ",".join(str(j) for j in jars)]
