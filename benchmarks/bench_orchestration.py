@@ -195,7 +195,7 @@ class Orchestration:
                 [
                     *("--source-sql", sql, "--topic", self.topics[DIRECT]),
                     *("--key-column", "order_id", "--bootstrap-servers", self.cluster.servers),
-                    *("--transactional-ids", ",".join(ids), "--run-id", run),
+                    *("--transactional-ids", ",".join(ids), "--job-label", run),
                     *("--manifest", str(manifest)),
                 ],
                 conf=self.operator_conf(),

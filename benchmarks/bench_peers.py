@@ -224,7 +224,7 @@ class Peers:
                     *("--source-format", "parquet", "--key-column", "key"),
                     *("--value-column", "value", "--topic", topic),
                     *("--bootstrap-servers", self.cluster.servers),
-                    *("--transactional-ids", ",".join(ids), "--run-id", topic),
+                    *("--transactional-ids", ",".join(ids), "--job-label", topic),
                     *("--manifest", str(manifest)),
                 ],
                 master=self.master,
@@ -233,7 +233,10 @@ class Peers:
             )
             prepared_ms = now_ms()
             if submitted.returncode != 0:
-                raise SystemExit(f"kafka2pc prepare failed; see {files / 'spark-submit.log'}")
+                summary = submitted.stdout.strip().splitlines()[-1:] or ["no output"]
+                raise SystemExit(
+                    f"kafka2pc prepare failed ({summary[0]}); see {files / 'spark-submit.log'}"
+                )
             committed = subprocess.run(
                 [KAFKA2PC_CLI, "commit", "-b", self.cluster.servers, str(manifest)],
                 capture_output=True,
