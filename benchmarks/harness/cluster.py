@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,13 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
+from airflow_provider_kafka2pc.errors import ProtocolError
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
 from .measure import become_subreaper, process_cpu
+
+#: How long a new topic may take to get a leader for every partition.
+TOPIC_READY_S = 30.0
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,7 +124,18 @@ class Cluster:
         topic = f"{self.prefix}-{name}"
         self.protocol.create_topic(topic, partitions)
         self._topics.append(topic)
-        return topic
+        # Creation returns before every partition has a leader; a writer's topic check right
+        # after it would find the topic missing.
+        deadline = time.monotonic() + TOPIC_READY_S
+        while True:
+            try:
+                if len(self.protocol.partition_leaders(topic)) == partitions:
+                    return topic
+            except ProtocolError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic} has no leaders after {TOPIC_READY_S:.0f} s")
+            time.sleep(0.05)
 
     def delete_topics(self, topics: list[str]) -> None:
         """Best effort (only disk and memory are at stake): remove topics after their check."""
