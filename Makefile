@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-spark bench-orchestration bench-id-pool clean
+.PHONY: demo test lint bench bench-spark bench-orchestration bench-id-pool bench-peers clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,16 @@ bench-spark: $(STAMP)
 # A whole DAG run under dag.test() against the same prepare + commit called directly.
 bench-orchestration: $(STAMP)
 	$(BIN)/python benchmarks/bench_orchestration.py
+
+# Pooled transactional ids against one fresh id per run and partition.
+bench-id-pool: $(STAMP)
+	$(BIN)/python benchmarks/bench_id_pool.py
+
+# kafka2pc against Spark's Kafka sink, Flink's exactly-once KafkaSink and Kafka's
+# ProducerPerformance (fetched once into ~/.cache/kafka2pc/peers). Options: BENCH_ARGS,
+# e.g. make bench-peers BENCH_ARGS="--rows 500000 --rounds 3".
+bench-peers: $(STAMP)
+	$(BIN)/python benchmarks/bench_peers.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

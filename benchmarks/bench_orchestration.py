@@ -25,9 +25,10 @@ outside the Spark job: each side's time minus its own spark-submit (the DAG side
 by wrapping ``SparkSubmitHook.submit`` in this process, where dag.test() runs the operator).
 The machine is noisy; only side-by-side numbers mean anything.
 
-Every export is checked afterwards: the log audit (markers applied by us) must find each
-side's topic holding exactly rows x rounds committed records, no key twice, nothing open, and
-the DAG side's ledger batches COMMITTED. The exit status is 1 when a check fails.
+Every export is checked afterwards on the shared harness: each side's topic must hold exactly
+rows x rounds committed records (log audit, read_committed consumer, no key twice, nothing
+open), both sides the same records (digest of keys and values), and the DAG side's ledger
+batches COMMITTED. The exit status is 1 when a check fails.
 
 Run (about 5 minutes with the defaults on an idle 2-core machine):
 
@@ -35,7 +36,7 @@ Run (about 5 minutes with the defaults on an idle 2-core machine):
         [--bootstrap-servers HOST:PORT]
 
 Scratch files (Airflow home, manifests, spark-submit logs, Airflow's output) go to
-/tmp/bench-orchestration, emptied at the start.
+/tmp/kafka2pc-bench/orchestration, emptied at the start.
 """
 
 from __future__ import annotations
@@ -46,17 +47,25 @@ import os
 import shutil
 import sys
 import time
-import uuid
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-# Shared with the other benchmarks: topic cleanup on an external cluster, medians, yes/no.
-from bench_spark_prepare import median, yes_no
-from bench_transaction_core import delete_topics
+from harness import (
+    Cluster,
+    Expected,
+    Results,
+    Round,
+    Run,
+    add_cluster_arguments,
+    fmt,
+    interleave,
+    measure,
+    median,
+    print_results,
+    verify_topic,
+)
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.demo import (
     DAG_ID,
     GROUP_ID,
@@ -65,79 +74,46 @@ from airflow_provider_kafka2pc.demo import (
     load_example_dag,
     run_interval,
 )
-from airflow_provider_kafka2pc.spark.submit import DEFAULT_CONF as SUBMIT_DEFAULT_CONF
-from airflow_provider_kafka2pc.spark.submit import submit_prepare
-from airflow_provider_kafka2pc.transaction.audit import audit_topic
+from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF, submit_prepare
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
-WORK_DIR = Path("/tmp/bench-orchestration")
+WORK_DIR = Path("/tmp/kafka2pc-bench/orchestration")
 TOPIC_PARTITIONS = 3
 #: Interval ``r`` (round r; 0 is the warm-up) is the day FIRST_DAY + r.
 FIRST_DAY = datetime(2026, 10, 1, tzinfo=UTC)
 DAG = "DAG (dag.test)"
 DIRECT = "direct"
 TASKS = ("recover", "prepare", "decide", "commit")
-#: Spark's own defaults of the settings submit.py changes (Spark's configuration docs).
+SPARK_SUBMIT = "spark-submit"
+#: Spark's own defaults of the settings ``submit_prepare`` changes (Spark's configuration docs).
 SPARK_DEFAULTS = {"spark.ui.enabled": "true", "spark.sql.shuffle.partitions": "200"}
 
+#: The terminal: fds 1 and 2 go to Airflow's output file while the benchmark runs.
+CONSOLE = sys.stdout
 
-@dataclass
-class Round:
-    number: int
-    seconds: dict[str, float] = field(default_factory=dict)
-    #: DAG side: each task's duration as Airflow recorded it.
-    tasks: dict[str, float] = field(default_factory=dict)
-    #: direct side: spark-submit alone, commit_all alone.
-    direct_parts: dict[str, float] = field(default_factory=dict)
 
-    #: DAG side: the spark-submit inside the prepare task (the same job as direct's).
-    dag_spark_submit: float = 0.0
+def say(text: str = "") -> None:
+    print(text, file=CONSOLE, flush=True)
 
-    @property
-    def outside_spark(self) -> dict[str, float]:
-        """Each side's time outside its spark-submit: what orchestration adds, without the
-        noise of two separate Spark jobs."""
-        return {
-            DAG: self.seconds[DAG] - self.dag_spark_submit,
-            DIRECT: self.seconds[DIRECT] - self.direct_parts["spark-submit"],
+
+class Orchestration:
+    def __init__(self, args: argparse.Namespace, cluster: Cluster) -> None:
+        self.args, self.cluster = args, cluster
+        self.topics = {
+            DAG: cluster.topic("orch-dag", TOPIC_PARTITIONS),
+            DIRECT: cluster.topic("orch-direct", TOPIC_PARTITIONS),
         }
-
-    @property
-    def overhead_outside_spark(self) -> float:
-        return self.outside_spark[DAG] - self.outside_spark[DIRECT]
-
-    @property
-    def overhead(self) -> float:
-        return self.seconds[DAG] - self.seconds[DIRECT]
-
-    @property
-    def ratio(self) -> float:
-        return self.seconds[DAG] / self.seconds[DIRECT]
-
-    @property
-    def between_tasks(self) -> float:
-        return self.seconds[DAG] - sum(self.tasks.values())
-
-
-class Bench:
-    def __init__(self, args: argparse.Namespace, bootstrap: str, protocol: KafkaProtocol) -> None:
-        self.args = args
-        self.bootstrap = bootstrap
-        self.protocol = protocol
-        suffix = uuid.uuid4().hex[:8]
-        self.topics = {DAG: f"bench-orch-dag-{suffix}", DIRECT: f"bench-orch-direct-{suffix}"}
-        self.suffix = suffix
         self.dag: Any = None
         self.spark_submit_seconds: list[float] = []
 
     def set_up(self) -> None:
-        for topic in self.topics.values():
-            self.protocol.create_topic(topic, TOPIC_PARTITIONS)
         os.environ.update(
             airflow_environment(
-                WORK_DIR / "airflow", self.bootstrap, topic=self.topics[DAG], start_date=FIRST_DAY
+                WORK_DIR / "airflow",
+                self.cluster.servers,
+                topic=self.topics[DAG],
+                start_date=FIRST_DAY,
             )
         )
         os.environ["KAFKA2PC_ORDERS_ROWS"] = str(self.args.rows)
@@ -179,107 +155,85 @@ class Bench:
 
     def operator_conf(self) -> dict[str, str]:
         """The Spark settings the prepare operator submits with, so that both sides run the
-        very same Spark job: submit.py's defaults it does not share go back to Spark's own."""
-        from airflow_provider_kafka2pc.operators.prepare import DEFAULT_SPARK_CONF
-
+        very same Spark job: the local defaults ``submit_prepare`` adds go back to Spark's
+        own, the task's ``conf`` is applied as the operator applies it."""
         task = self.dag.get_task(f"{GROUP_ID}.prepare")
-        conf = {**DEFAULT_SPARK_CONF, **(task.conf or {})}
-        for key in SUBMIT_DEFAULT_CONF:
-            if key not in conf and key in SPARK_DEFAULTS:
-                conf[key] = SPARK_DEFAULTS[key]
-        return conf
+        return {**{k: SPARK_DEFAULTS[k] for k in LOCAL_CONF}, **(task.conf or {})}
 
     # -- the two sides ----------------------------------------------------------------------
 
-    def run_dag(self, day: datetime, result: Round) -> None:
+    def run_dag(self, rnd: Round) -> Run:
+        day = FIRST_DAY + timedelta(days=rnd.number)
         submits = len(self.spark_submit_seconds)
-        start = time.perf_counter()
-        dag_run = run_interval(self.dag, day)
-        result.seconds[DAG] = time.perf_counter() - start
-        result.dag_spark_submit = sum(self.spark_submit_seconds[submits:])
+        with measure(self.cluster.broker_pid) as meter:
+            dag_run = run_interval(self.dag, day)
         tis = dag_run.get_task_instances()
         states = {
             ti.task_id.split(".")[-1]: str(getattr(ti.state, "value", ti.state)) for ti in tis
         }
         if states.get("commit") != "success":
             raise SystemExit(f"the DAG run of {day:%Y-%m-%d} did not commit: {states}")
-        for ti in tis:
-            name = ti.task_id.split(".")[-1]
-            if name in TASKS and ti.start_date and ti.end_date:
-                result.tasks[name] = (ti.end_date - ti.start_date).total_seconds()
+        took = {
+            ti.task_id.split(".")[-1]: (ti.end_date - ti.start_date).total_seconds()
+            for ti in tis
+            if ti.start_date and ti.end_date
+        }
+        parts = {task: took[task] for task in TASKS if task in took}
+        parts["between tasks"] = meter.seconds - sum(parts.values())
+        parts[SPARK_SUBMIT] = sum(self.spark_submit_seconds[submits:])
+        return Run(DAG, self.args.rows, meter, None, parts)
 
-    def run_direct(self, day: datetime, result: Round) -> None:
-        run = f"direct-{self.suffix}-{day:%Y%m%d}"
+    def run_direct(self, rnd: Round) -> Run:
+        day = FIRST_DAY + timedelta(days=rnd.number)
+        run = f"direct-{self.cluster.prefix}-{day:%Y%m%d}"
         manifest = WORK_DIR / f"{run}.manifest.json"
         ids = [f"bench-{run}-{i}" for i in range(self.args.partitions)]
         sql = self.source_sql(day)
-        start = time.perf_counter()
-        done = submit_prepare(
-            [
-                "--source-sql",
-                sql,
-                "--topic",
-                self.topics[DIRECT],
-                "--key-column",
-                "order_id",
-                "--bootstrap-servers",
-                self.bootstrap,
-                "--transactional-ids",
-                ",".join(ids),
-                "--run-id",
-                run,
-                "--manifest",
-                str(manifest),
-            ],
-            conf=self.operator_conf(),
-            log_path=WORK_DIR / f"{run}.spark.log",
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"spark-submit failed; see {WORK_DIR / f'{run}.spark.log'}")
-        prepared = Manifest.from_json(manifest.read_text())
-        submitted = time.perf_counter()
-        results = TransactionController(self.protocol).commit_all(prepared.committables)
-        end = time.perf_counter()
+        with measure(self.cluster.broker_pid) as meter:
+            start = time.perf_counter()
+            done = submit_prepare(
+                [
+                    *("--source-sql", sql, "--topic", self.topics[DIRECT]),
+                    *("--key-column", "order_id", "--bootstrap-servers", self.cluster.servers),
+                    *("--transactional-ids", ",".join(ids), "--job-label", run),
+                    *("--manifest", str(manifest)),
+                ],
+                conf=self.operator_conf(),
+                log_path=WORK_DIR / f"{run}.spark.log",
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"spark-submit failed; see {WORK_DIR / f'{run}.spark.log'}")
+            prepared = Manifest.from_json(manifest.read_text())
+            submitted = time.perf_counter()
+            results = TransactionController(self.cluster.protocol).commit_all(prepared.committables)
+            end = time.perf_counter()
         bad = [r for r in results if r.outcome is not Outcome.COMMITTED]
         if bad or prepared.source_rows != self.args.rows:
             raise SystemExit(f"direct export of {day:%Y-%m-%d}: {prepared.source_rows} rows, {bad}")
-        result.seconds[DIRECT] = end - start
-        result.direct_parts = {"spark-submit": submitted - start, "commit_all": end - submitted}
-
-    def round(self, number: int) -> Round:
-        day = FIRST_DAY + timedelta(days=number)
-        result = Round(number)
-        sides = [self.run_dag, self.run_direct]
-        for side in sides if number % 2 == 0 else reversed(sides):
-            side(day, result)
-        return result
+        parts = {SPARK_SUBMIT: submitted - start, "commit_all": end - submitted}
+        return Run(DIRECT, self.args.rows, meter, None, parts)
 
     # -- checks -----------------------------------------------------------------------------
 
-    def verify(self, rounds: int) -> list[tuple[str, bool]]:
+    def verify(self, exports: int) -> list[tuple[str, bool]]:
+        """Both topics hold every interval once, the same records; the ledger says COMMITTED."""
         from airflow_provider_kafka2pc.ledger import BatchState, Ledger
 
-        expected = self.args.rows * rounds
-        checks = []
-        for side, topic in self.topics.items():
-            report = audit_topic(self.protocol, topic, duplicates=True)
-            totals, dupes = report.totals, (report.duplicates or {})["extra_copies"]
-            checks.append(
-                (
-                    f"{side}: {expected:,} records committed once each, nothing open "
-                    f"(audit: {totals['committed']:,} committed, {totals['open']} open, "
-                    f"{dupes} extra copies)",
-                    totals["committed"] == expected and totals["open"] == 0 and dupes == 0,
-                )
-            )
+        rows = self.args.rows * exports
+        direct = verify_topic(self.cluster, self.topics[DIRECT], Expected(rows))
+        dag = verify_topic(self.cluster, self.topics[DAG], Expected(rows, digest=direct.digest))
+        checks = [
+            (f"{side}: {check.summary()}", check.ok)
+            for side, check in ((DIRECT, direct), (DAG, dag))
+        ]
         with Ledger(Ledger.default_url()) as ledger:
             states = [
                 ledger.get(f"{DAG_ID}.{GROUP_ID}", _run_key(FIRST_DAY + timedelta(days=r)))
-                for r in range(rounds)
+                for r in range(exports)
             ]
         checks.append(
             (
-                f"{DAG}: the ledger has all {rounds} intervals COMMITTED",
+                f"{DAG}: the ledger has all {exports} intervals COMMITTED",
                 all(b is not None and b.state is BatchState.COMMITTED for b in states),
             )
         )
@@ -290,55 +244,25 @@ def _run_key(day: datetime) -> str:
     return f"{day.isoformat()}/{(day + timedelta(days=1)).isoformat()}"
 
 
-# -- report -----------------------------------------------------------------------------------
-
-#: The terminal: fds 1 and 2 go to Airflow's output file while the benchmark runs.
-CONSOLE = sys.stdout
-
-
-def say(*args: Any, **kwargs: Any) -> None:
-    print(*args, **kwargs, file=CONSOLE, flush=True)
-
-
-def print_round(result: Round, tag: str) -> None:
-    tasks = ", ".join(f"{t} {result.tasks.get(t, 0):.2f}" for t in TASKS)
-    parts = ", ".join(f"{k} {v:.2f}" for k, v in result.direct_parts.items())
-    say(
-        f"  {tag:<8} {DAG} {result.seconds[DAG]:6.2f} s [{tasks}, between tasks "
-        f"{result.between_tasks:.2f}]\n"
-        f"  {'':<8} {DIRECT:<14} {result.seconds[DIRECT]:6.2f} s [{parts}]\n"
-        f"  {'':<8} overhead {result.overhead:+.2f} s, ratio {result.ratio:.2f}; outside the "
-        f"Spark job: DAG {result.outside_spark[DAG]:.2f} s (its spark-submit "
-        f"{result.dag_spark_submit:.2f}), direct {result.outside_spark[DIRECT]:.2f} s",
-    )
-
-
-def report(args: argparse.Namespace, measured: list[Round], checks: list[tuple[str, bool]]) -> bool:
-    say(f"\nmedians of {len(measured)} rounds ({args.rows:,} rows, {args.partitions} partitions):")
-    dag = median([r.seconds[DAG] for r in measured])
-    direct = median([r.seconds[DIRECT] for r in measured])
-    overhead = median([r.overhead for r in measured])
-    ratio = median([r.ratio for r in measured])
-    say(f"  {DAG:<16} {dag:6.2f} s")
-    for task in TASKS:
-        say(f"    {task:<14} {median([r.tasks.get(task, 0) for r in measured]):6.2f} s")
-    say(f"    {'between tasks':<14} {median([r.between_tasks for r in measured]):6.2f} s")
-    spark = median([r.dag_spark_submit for r in measured])
-    say(f"    (spark-submit  {spark:6.2f} s, inside prepare)")
-    say(f"  {DIRECT:<16} {direct:6.2f} s")
-    for part in ("spark-submit", "commit_all"):
-        say(f"    {part:<14} {median([r.direct_parts[part] for r in measured]):6.2f} s")
-    say(f"  orchestration overhead: {overhead:+.2f} s per run; ratio DAG/direct {ratio:.2f}")
-    outside = median([r.overhead_outside_spark for r in measured])
-    say(
-        f"  the same outside the Spark job (each side minus its own spark-submit, steadier): "
-        f"{outside:+.2f} s per run; DAG {median([r.outside_spark[DAG] for r in measured]):.2f} s"
-        f" vs direct {median([r.outside_spark[DIRECT] for r in measured]):.2f} s; as a ratio on "
-        f"one and the same Spark job: {(direct + outside) / direct:.2f}"
-    )
-    say()
+def report(args: argparse.Namespace, results: Results, checks: list[tuple[str, bool]]) -> bool:
     for text, ok in checks:
-        say(f"verified: {yes_no(ok)} ({text})")
+        say(f"  verified {'OK' if ok else 'FAILED'}: {text}")
+    cold = ", ".join(f"{r.side} {r.seconds:.2f} s" for r in results.warmups)
+    title = f"{args.rows:,} rows, {args.partitions} partitions; cold (first export here): {cold}"
+    print_results(results, title, [(DAG, DIRECT)], verification=False, say=say)
+    dag, direct = results.runs[DAG], results.runs[DIRECT]
+    overhead = [a.seconds - b.seconds for a, b in zip(dag, direct, strict=True)]
+    outside = [
+        (a.seconds - a.parts[SPARK_SUBMIT]) - (b.seconds - b.parts[SPARK_SUBMIT])
+        for a, b in zip(dag, direct, strict=True)
+    ]
+    direct_s = median([r.seconds for r in direct])
+    say(
+        f"  orchestration overhead: {fmt(median(overhead), '+.2f')} s per run; outside the Spark "
+        f"job (each side minus its own spark-submit, steadier): {fmt(median(outside), '+.2f')} s "
+        f"per run, as a ratio on one and the same Spark job "
+        f"{fmt((direct_s + median(outside)) / direct_s)}"
+    )
     return all(ok for _, ok in checks)
 
 
@@ -347,10 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000, help="orders per interval")
     parser.add_argument("--partitions", type=int, default=4, help="Spark partitions = transactions")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (plus one warm-up)")
-    parser.add_argument(
-        "--bootstrap-servers", help="an Apache Kafka cluster instead of a local one"
-    )
-    parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
 
     shutil.rmtree(WORK_DIR, ignore_errors=True)
@@ -360,27 +281,18 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         # Airflow's, Spark's and the Kafka clients' output: a file; the report: the terminal.
         stack.enter_context(Redirected(WORK_DIR / "airflow-output.log"))
-        bootstrap = args.bootstrap_servers
-        if not bootstrap:
-            broker = KafkaBroker(args.kafka_version, data_dir=WORK_DIR / "kafka")
-            bootstrap = stack.enter_context(broker).bootstrap_servers
-        protocol = stack.enter_context(KafkaProtocol({"bootstrap.servers": bootstrap}))
-        bench = Bench(args, bootstrap, protocol)
-        if args.bootstrap_servers:
-            stack.callback(delete_topics, bootstrap, list(bench.topics.values()))
+        cluster = stack.enter_context(Cluster.from_args(args, data_dir=WORK_DIR / "kafka"))
+        bench = Orchestration(args, cluster)
         start = time.perf_counter()
         bench.set_up()
         say(
-            f"Airflow set up (import, metadata DB, DAG parsed) in {time.perf_counter() - start:.1f}"
-            f" s; {args.rounds} rounds + 1 warm-up, sides interleaved; Airflow's output: "
-            f"{WORK_DIR / 'airflow-output.log'}"
+            f"{cluster.describe()}; Airflow set up (import, metadata DB, DAG parsed) in "
+            f"{time.perf_counter() - start:.1f} s; {args.rounds} rounds + 1 warm-up, sides "
+            f"interleaved; Airflow's output: {WORK_DIR / 'airflow-output.log'}"
         )
-        print_round(bench.round(0), "cold")
-        measured = []
-        for number in range(1, args.rounds + 1):
-            measured.append(bench.round(number))
-            print_round(measured[-1], f"round {number}")
-        ok = report(args, measured, bench.verify(args.rounds + 1))
+        results = interleave({DAG: bench.run_dag, DIRECT: bench.run_direct}, args.rounds, say=say)
+        say("\nverification (every interval's records, both sides, at the end):")
+        ok = report(args, results, bench.verify(args.rounds + 1))
     return 0 if ok else 1
 
 

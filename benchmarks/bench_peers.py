@@ -1,0 +1,410 @@
+"""kafka2pc against what users would pick instead: Spark's Kafka sink and Flink's exactly-once sink.
+
+``make bench-peers``. On one local Apache Kafka broker, from the same generated parquet
+files (``--rows`` records: a 16-byte key and a JSON value of about 130 bytes, in
+``--partitions`` files), each system writes into a fresh topic of ``--partitions``
+partitions, run as its user would run it:
+
+- kafka2pc: spark-submit of the package's prepare application (``local[--cores]``,
+  ``--partitions`` Spark partitions = transactions, keyed by ``key``), then ``kafka2pc
+  commit`` of its manifest. Exactly once.
+- Spark's Kafka sink: spark-submit of ``peer_apps/spark_sink.py``, ``df.write.format("kafka")``
+  with ``org.apache.spark:spark-sql-kafka-0-10_2.13`` (resolved once by spark-submit
+  ``--packages``, then passed as ``--jars`` so no run pays the resolution). At least once.
+- Flink: ``peer_apps/flink_sql.py`` in PyFlink's own virtualenv, SQL INSERT from a filesystem
+  table into a kafka table, ``'sink.delivery-guarantee'='exactly-once'``, BATCH mode,
+  parallelism ``--cores``. Exactly once.
+- Kafka's ProducerPerformance (``kafka-tools``): as many records of the same mean size in one
+  transaction, the broker's ceiling on this machine. Its payload is random and keyless, so
+  its output is checked by count only.
+
+Every run is verified before any time is printed (log audit, read_committed consumer,
+digest of keys and values against the source, per-partition counts equal to Java's murmur2
+placement, hence equal across systems). Untimed warm-up round (``--warmup-rows``), then
+``--rounds`` interleaved rounds. Printed: wall time, records/s, CPU of each system's
+processes, the broker's CPU, kafka2pc's phases (from Spark's event log), and the ratios.
+
+The peers are fetched on first use into ``~/.cache/kafka2pc/peers`` (minutes the first
+time); a peer that cannot be had is reported and left out.
+
+Run: ``python benchmarks/bench_peers.py [--rows 2000000 --partitions 8 --rounds 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness import (
+    Cluster,
+    Dataset,
+    Expected,
+    PeerUnavailable,
+    Round,
+    Run,
+    Side,
+    add_cluster_arguments,
+    checked,
+    event_log_conf,
+    interleave,
+    machine_line,
+    maven_jars,
+    measure,
+    now_ms,
+    peers_root,
+    print_results,
+    profiled,
+    python_venv,
+    same_partition_counts,
+    spark_submit,
+    timeline,
+)
+
+from airflow_provider_kafka2pc.broker import fetch_kafka
+from airflow_provider_kafka2pc.broker.distribution import java_binary
+from airflow_provider_kafka2pc.spark.job import spark_submit_binary
+from airflow_provider_kafka2pc.spark.submit import submit_prepare
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
+
+WORK_DIR = Path("/tmp/kafka2pc-bench/peers")
+APPS = Path(__file__).resolve().parent / "peer_apps"
+#: The command line the package installs beside this interpreter.
+KAFKA2PC_CLI = str(Path(sys.executable).with_name("kafka2pc"))
+
+SPARK_KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+FLINK = "apache-flink==2.3.0"
+FLINK_JARS = (
+    "org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2",
+    # The filesystem table's parquet format, and the Hadoop classes it needs.
+    "org.apache.flink:flink-sql-parquet:2.3.0",
+    "org.apache.hadoop:hadoop-client-api:3.4.1",
+    "org.apache.hadoop:hadoop-client-runtime:3.4.1",
+)
+KAFKA_TOOLS = "org.apache.kafka:kafka-tools:4.3.1"
+
+KAFKA2PC = "kafka2pc"
+SPARK_SINK = "Spark Kafka sink"
+FLINK_SINK = "Flink KafkaSink"
+PRODUCER_PERF = "ProducerPerformance"
+GUARANTEES = {
+    KAFKA2PC: "exactly once: spark-submit prepare + kafka2pc commit",
+    SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
+    FLINK_SINK: "exactly once: PyFlink SQL, BATCH, exactly-once sink",
+    PRODUCER_PERF: "one transaction, keyless random payload: the broker's ceiling",
+}
+
+
+# -- fetching the peers ------------------------------------------------------------------------
+
+
+def spark_kafka_jars() -> list[Path]:
+    """Resolve Spark's Kafka sink once with spark-submit ``--packages`` (Spark's own Ivy)."""
+    ivy = peers_root() / "spark-ivy"
+    jars = ivy / "jars"
+    if not (ivy / ".complete").exists():
+        ivy.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [
+                spark_submit_binary(),
+                "--packages",
+                SPARK_KAFKA,
+                "--conf",
+                f"spark.jars.ivy={ivy}",
+                str(APPS / "spark_sink.py"),
+                "--help",  # the application only prints its usage: resolution is the point
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode != 0 or not list(jars.glob("*.jar")):
+            tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+            raise PeerUnavailable(f"spark-submit --packages {SPARK_KAFKA} failed:\n{tail}")
+        (ivy / ".complete").write_text(SPARK_KAFKA + "\n")
+    return sorted(jars.glob("*.jar"))
+
+
+def fetch_peers(wanted: list[str]) -> dict[str, object]:
+    """Each wanted peer's artifacts; a peer that cannot be had is reported and dropped."""
+    fetchers: dict[str, Callable[[], object]] = {
+        SPARK_SINK: spark_kafka_jars,
+        FLINK_SINK: lambda: (
+            python_venv("flink-2.3.0", [FLINK]),
+            maven_jars("flink-jars-2.3.0", FLINK_JARS, transitive=False),
+        ),
+        PRODUCER_PERF: lambda: maven_jars("kafka-tools-4.3.1", [KAFKA_TOOLS]),
+    }
+    got: dict[str, object] = {}
+    for name in wanted:
+        if name not in fetchers:
+            continue
+        start = time.perf_counter()
+        try:
+            got[name] = fetchers[name]()
+        except (PeerUnavailable, subprocess.TimeoutExpired, OSError) as exc:
+            print(f"{name}: NOT AVAILABLE, left out: {exc}", flush=True)
+            continue
+        print(f"{name}: ready ({time.perf_counter() - start:.0f} s)", flush=True)
+    return got
+
+
+# -- the systems -------------------------------------------------------------------------------
+
+
+class Peers:
+    """The four sides, writing the same dataset into fresh topics of one broker."""
+
+    def __init__(self, args: argparse.Namespace, cluster: Cluster, peers: dict[str, object]):
+        self.args, self.cluster, self.peers = args, cluster, peers
+        self.full = Dataset(args.rows)
+        self.warm = Dataset(min(args.rows, args.warmup_rows))
+        self.work = WORK_DIR / cluster.prefix
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.master = f"local[{args.cores}]"
+
+    def prepare_data(self) -> None:
+        for dataset in (self.warm, self.full):
+            start = time.perf_counter()
+            dataset.parquet(self.args.partitions)
+            dataset.digest()
+            dataset.partition_counts(self.args.partitions)
+            print(
+                f"dataset {dataset.rows:,} rows ({dataset.record_bytes:.0f} B key + value): "
+                f"{dataset.parquet(self.args.partitions)} ({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+
+    def sides(self) -> dict[str, Side]:
+        sides: dict[str, Side] = {KAFKA2PC: self.kafka2pc}
+        available = {
+            SPARK_SINK: self.spark_sink,
+            FLINK_SINK: self.flink,
+            PRODUCER_PERF: self.producer_performance,
+        }
+        sides.update({name: side for name, side in available.items() if name in self.peers})
+        return {name: side for name, side in sides.items() if name in self.args.systems}
+
+    def _dataset(self, rnd: Round) -> Dataset:
+        return self.warm if rnd.warmup else self.full
+
+    def _expected(self, data: Dataset, **overrides: Any) -> Expected:
+        """The source's rows, digest and Java placement, unless ``overrides`` say otherwise."""
+        expected = Expected(
+            data.rows,
+            digest=data.digest(),
+            partition_counts=data.partition_counts(self.args.partitions),
+        )
+        return dataclasses.replace(expected, **overrides)
+
+    def _files(self, rnd: Round, side: str) -> Path:
+        path = self.work / f"{rnd.label}-{side.split()[0].lower()}"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    def kafka2pc(self, rnd: Round) -> Run:
+        data, files = self._dataset(rnd), self._files(rnd, KAFKA2PC)
+        topic = self.cluster.topic(f"{rnd.label}-kafka2pc", self.args.partitions)
+        ids = [f"{topic}-{i}" for i in range(self.args.partitions)]
+        manifest = files / "manifest.json"
+        events = files / "events"
+        with measure(self.cluster.broker_pid) as meter:
+            started = now_ms()
+            submitted = submit_prepare(
+                [
+                    *("--source-path", str(data.parquet(self.args.partitions))),
+                    *("--source-format", "parquet", "--key-column", "key"),
+                    *("--value-column", "value", "--topic", topic),
+                    *("--bootstrap-servers", self.cluster.servers),
+                    *("--transactional-ids", ",".join(ids), "--job-label", topic),
+                    *("--manifest", str(manifest)),
+                ],
+                master=self.master,
+                conf=event_log_conf(events),
+                log_path=files / "spark-submit.log",
+            )
+            prepared_ms = now_ms()
+            if submitted.returncode != 0:
+                summary = submitted.stdout.strip().splitlines()[-1:] or ["no output"]
+                raise SystemExit(
+                    f"kafka2pc prepare failed ({summary[0]}); see {files / 'spark-submit.log'}"
+                )
+            committed = subprocess.run(
+                [KAFKA2PC_CLI, "commit", "-b", self.cluster.servers, str(manifest)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            ended = now_ms()
+        if committed.returncode != 0:
+            raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
+        batch = Manifest.from_json(manifest.read_text())
+        meta = batch.metadata
+        parts = {
+            "spark-submit (prepare)": (prepared_ms - started) / 1000,
+            "in it: prepare_dataframe": (meta["finished_ms"] - meta["started_ms"]) / 1000,
+            "kafka2pc commit": (ended - prepared_ms) / 1000,
+            **timeline(events, started, prepared_ms),
+        }
+        expected = self._expected(data, committables=batch.committables)
+        return checked(self.cluster, KAFKA2PC, meter, topic, expected, parts=parts)
+
+    def spark_sink(self, rnd: Round) -> Run:
+        data, files = self._dataset(rnd), self._files(rnd, SPARK_SINK)
+        topic = self.cluster.topic(f"{rnd.label}-spark-sink", self.args.partitions)
+        events = files / "events"
+        with measure(self.cluster.broker_pid) as meter:
+            started = now_ms()
+            done = spark_submit(
+                str(APPS / "spark_sink.py"),
+                [
+                    *("--source", str(data.parquet(self.args.partitions))),
+                    *("--topic", topic, "--bootstrap-servers", self.cluster.servers),
+                ],
+                master=self.master,
+                conf=event_log_conf(events),
+                jars=self.peers[SPARK_SINK],  # type: ignore[arg-type]
+                log_path=files / "spark-submit.log",
+            )
+            ended = now_ms()
+        if done.returncode != 0:
+            raise SystemExit(f"Spark's Kafka sink failed; see {files / 'spark-submit.log'}")
+        expected = self._expected(data, transactional=False)
+        parts = timeline(events, started, ended)
+        return checked(self.cluster, SPARK_SINK, meter, topic, expected, parts=parts)
+
+    def flink(self, rnd: Round) -> Run:
+        data, files = self._dataset(rnd), self._files(rnd, FLINK_SINK)
+        topic = self.cluster.topic(f"{rnd.label}-flink", self.args.partitions)
+        python, jars = self.peers[FLINK_SINK]  # type: ignore[misc]
+        with measure(self.cluster.broker_pid) as meter, (files / "flink.log").open("w") as log:
+            done = subprocess.run(
+                [
+                    str(python),
+                    str(APPS / "flink_sql.py"),
+                    *("--source", str(data.parquet(self.args.partitions))),
+                    *("--topic", topic, "--bootstrap-servers", self.cluster.servers),
+                    *("--jars", ",".join(str(j) for j in jars)),
+                    *("--transactional-id-prefix", topic, "--parallelism", str(self.args.cores)),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=1800,
+            )
+        if done.returncode != 0:
+            raise SystemExit(f"the Flink job failed; see {files / 'flink.log'}")
+        return checked(self.cluster, FLINK_SINK, meter, topic, self._expected(data))
+
+    def producer_performance(self, rnd: Round) -> Run:
+        data, files = self._dataset(rnd), self._files(rnd, PRODUCER_PERF)
+        topic = self.cluster.topic(f"{rnd.label}-producer-perf", self.args.partitions)
+        jars = self.peers[PRODUCER_PERF]
+        classpath = ":".join(str(j) for j in jars)  # type: ignore[union-attr]
+        with measure(self.cluster.broker_pid) as meter:
+            done = subprocess.run(
+                [
+                    java_binary(),
+                    "-Xmx1g",
+                    "-cp",
+                    classpath,
+                    "org.apache.kafka.tools.ProducerPerformance",
+                    *("--topic", topic, "--num-records", str(data.rows)),
+                    *("--record-size", str(round(data.record_bytes)), "--throughput", "-1"),
+                    *("--transactional-id", topic, "--transaction-duration-ms", "86400000"),
+                    "--producer-props",
+                    f"bootstrap.servers={self.cluster.servers}",
+                    "transaction.timeout.ms=600000",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+        (files / "output.log").write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            raise SystemExit(f"ProducerPerformance failed; see {files / 'output.log'}")
+        summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        # Random keyless payload: the count and the markers are checked, not the content.
+        expected = self._expected(
+            data, content=False, digest=None, partition_counts=None, keys_unique=False
+        )
+        return checked(
+            self.cluster, PRODUCER_PERF, meter, topic, expected, info={"summary": summary}
+        )
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    systems = [KAFKA2PC, SPARK_SINK, FLINK_SINK, PRODUCER_PERF]
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=8, help="Kafka = Spark partitions")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup-rows", type=int, default=200_000)
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N], Flink parallelism")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="afterwards, one extra kafka2pc run under py-spy (not timed): where its Python "
+        "processes spend their CPU",
+    )
+    parser.add_argument(
+        "--systems",
+        type=lambda text: [s.strip() for s in text.split(",")],
+        default=systems,
+        help=f"comma-separated subset of: {', '.join(systems)}",
+    )
+    add_cluster_arguments(parser)
+    args = parser.parse_args(argv)
+    unknown = set(args.systems) - set(systems)
+    if unknown:
+        parser.error(f"unknown systems {sorted(unknown)}")
+
+    print(f"fetching the peers (cached in {peers_root()})", flush=True)
+    fetch_kafka(args.kafka_version)
+    peers = fetch_peers(args.systems)
+    with Cluster.from_args(args, data_dir=WORK_DIR / "kafka") as cluster:
+        bench = Peers(args, cluster, peers)
+        bench.prepare_data()
+        sides = bench.sides()
+        print(
+            f"{cluster.describe()}; {args.rows:,} rows, {args.partitions} partitions, "
+            f"{args.rounds} rounds + warm-up ({bench.warm.rows:,} rows), {bench.master}; "
+            f"{machine_line()}",
+            flush=True,
+        )
+        results = interleave(sides, args.rounds, say=lambda s: print(s, flush=True))
+        profile = None
+        if args.profile:
+            print("profiling one more kafka2pc run with py-spy (not timed)", flush=True)
+            with profiled(bench.work / "py-spy") as profile:
+                extra = bench.kafka2pc(Round(args.rounds + 1, "profile"))
+            print(f"  profile {KAFKA2PC:<26} {extra.verification.summary()}", flush=True)  # type: ignore[union-attr]
+
+    keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
+    same, counts = same_partition_counts(keyed)
+    pairs = [(KAFKA2PC, peer) for peer in results.sides if peer != KAFKA2PC]
+    legend = [f"{side}: {GUARANTEES[side]}" for side in results.sides]
+    title = f"{args.rows:,} rows, {args.partitions} partitions, {bench.master}"
+    ok = print_results(results, title, pairs, legend=legend) and same
+    names = ", ".join(s for s in results.sides if s != PRODUCER_PERF)
+    print(f"per-partition counts equal across {names}: {'yes' if same else 'NO'} ({counts})")
+    if profile is not None:
+        print(f"\nkafka2pc's Python processes under py-spy ({args.rows:,} rows, CPU s):")
+        for line in profile.lines():
+            print(f"  {line}")
+    print(json.dumps({"verified": ok}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The shared benchmark harness: one broker, the same data, interleaved rounds, verified output.
+
+Every benchmark in this directory is built from these parts and keeps only what it
+measures:
+
+- :class:`Cluster`: the broker (the package's ``KafkaBroker``, or ``--bootstrap-servers``),
+  fresh topics under one prefix, deleted after their check;
+- :class:`Dataset`: deterministic records, parquet files, their digest and per-partition
+  counts;
+- :func:`measure`: wall time, CPU of this process and its descendants by group, the broker's
+  CPU;
+- :func:`interleave`: an untimed warm-up, then rounds with a rotating order;
+- :func:`checked` / :func:`verify_topic`: log audit + read_committed + digest of every output;
+- ``print_*``: the tables, printed the same way by every benchmark;
+- :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
+- :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log.
+"""
+
+from .cluster import Cluster, add_cluster_arguments
+from .data import Dataset, Digest, Record, key_of, value_of
+from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
+from .measure import Meter, measure
+from .profile import Profile, profiled
+from .report import (
+    fmt,
+    machine_line,
+    median,
+    print_parts,
+    print_ratios,
+    print_results,
+    print_runs,
+    print_table,
+    print_verification,
+    ratios,
+    same_partition_counts,
+)
+from .rounds import Results, Round, Run, Side, checked, interleave
+from .spark import PYTHON_ENV, event_log_conf, now_ms, spark_submit, timeline
+from .verify import Expected, Verification, verify_topic
+
+__all__ = [
+    "PYTHON_ENV",
+    "Cluster",
+    "Dataset",
+    "Digest",
+    "Expected",
+    "Meter",
+    "PeerUnavailable",
+    "Profile",
+    "Record",
+    "Results",
+    "Round",
+    "Run",
+    "Side",
+    "Verification",
+    "add_cluster_arguments",
+    "checked",
+    "event_log_conf",
+    "fmt",
+    "interleave",
+    "key_of",
+    "machine_line",
+    "maven_jars",
+    "measure",
+    "median",
+    "now_ms",
+    "peers_root",
+    "print_parts",
+    "print_ratios",
+    "print_results",
+    "print_runs",
+    "print_table",
+    "print_verification",
+    "profiled",
+    "python_venv",
+    "ratios",
+    "same_partition_counts",
+    "spark_submit",
+    "timeline",
+    "value_of",
+    "verify_topic",
+]

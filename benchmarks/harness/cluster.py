@@ -1,0 +1,151 @@
+"""The broker every benchmark writes to, and the fresh topics each run gets.
+
+Why one place: each benchmark used to start its broker, name, create and delete its topics
+its own way. Here: Apache Kafka's own broker (the package's :class:`KafkaBroker`), or an
+existing cluster (``--bootstrap-servers``, whose CPU then cannot be read); every topic is
+new, named under one random prefix, and deleted after its check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
+from airflow_provider_kafka2pc.errors import ProtocolError
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+
+from .measure import become_subreaper, process_cpu
+
+#: How long a new topic may take to get a leader for every partition.
+TOPIC_READY_S = 30.0
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-servers", help="use this Kafka cluster instead of a local Apache Kafka broker"
+    )
+    parser.add_argument(
+        "--kafka-version",
+        default=DEFAULT_KAFKA_VERSION,
+        help="Apache Kafka release of the local broker (fetched from Maven Central once)",
+    )
+
+
+class Cluster:
+    """A broker (started here unless ``bootstrap_servers`` names one), a protocol client,
+    and the topics of this run.
+
+    :param broker_config: settings over the local broker's defaults.
+    :param data_dir: the local broker's directory (temporary when None).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        kafka_version: str = DEFAULT_KAFKA_VERSION,
+        *,
+        data_dir: Path | None = None,
+        broker_config: dict[str, str] | None = None,
+        heap_mb: int = 1024,
+    ) -> None:
+        self._external = bootstrap_servers
+        self._broker = (
+            None
+            if bootstrap_servers
+            else KafkaBroker(
+                kafka_version, data_dir=data_dir, config=broker_config, heap_mb=heap_mb
+            )
+        )
+        self.version = kafka_version if self._broker else "external"
+        self.prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        self.servers = bootstrap_servers or ""
+        self._protocol: KafkaProtocol | None = None
+        self._topics: list[str] = []
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **kwargs: Any) -> Cluster:
+        return cls(args.bootstrap_servers, args.kafka_version, **kwargs)
+
+    def __enter__(self) -> Cluster:
+        become_subreaper()
+        if self._broker is not None:
+            self.servers = self._broker.start().bootstrap_servers
+        self._protocol = KafkaProtocol(self.config)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._external:
+                self.delete_topics(list(self._topics))
+            if self._protocol is not None:
+                self._protocol.close()
+        finally:
+            if self._broker is not None:
+                self._broker.stop()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """librdkafka settings that reach the cluster."""
+        return {"bootstrap.servers": self.servers}
+
+    @property
+    def protocol(self) -> KafkaProtocol:
+        if self._protocol is None:
+            raise RuntimeError("use the Cluster as a context manager")
+        return self._protocol
+
+    @property
+    def broker_pid(self) -> int | None:
+        return self._broker.pid if self._broker else None
+
+    @property
+    def broker_log(self) -> Path | None:
+        return self._broker.log_path if self._broker else None
+
+    def describe(self) -> str:
+        if self._broker is None:
+            return f"Kafka cluster at {self.servers} (not started here: its CPU is not counted)"
+        return f"Apache Kafka {self.version} (pid {self.broker_pid}) at {self.servers}"
+
+    def broker_cpu(self) -> float | None:
+        """CPU seconds the local broker has used so far."""
+        return process_cpu(self.broker_pid) if self.broker_pid else None
+
+    def topic(self, name: str, partitions: int) -> str:
+        """A new topic ``<prefix>-<name>`` with ``partitions`` partitions."""
+        topic = f"{self.prefix}-{name}"
+        self.protocol.create_topic(topic, partitions)
+        self._topics.append(topic)
+        # Creation returns before every partition has a leader; a writer's topic check right
+        # after it would find the topic missing.
+        deadline = time.monotonic() + TOPIC_READY_S
+        while True:
+            try:
+                if len(self.protocol.partition_leaders(topic)) == partitions:
+                    return topic
+            except ProtocolError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic} has no leaders after {TOPIC_READY_S:.0f} s")
+            time.sleep(0.05)
+
+    def delete_topics(self, topics: list[str]) -> None:
+        """Best effort (only disk and memory are at stake): remove topics after their check."""
+        if not topics:
+            return
+        admin = AdminClient({**self.config, "log_level": 4})  # must outlive its futures
+        for topic, future in admin.delete_topics(topics).items():
+            try:
+                future.result(30)
+            except Exception as exc:
+                print(f"  note: could not delete topic {topic}: {exc}", file=sys.stderr)
+            with contextlib.suppress(ValueError):
+                self._topics.remove(topic)

@@ -1,0 +1,148 @@
+"""Deterministic benchmark data: the same records, in the same files, for every system compared.
+
+Why: a comparison means something only when every system writes the same bytes. Record
+``i`` is a pure function of ``i`` (a 16-byte key, a JSON value of about 130 bytes), so the
+records can be rebuilt anywhere (in this process, in a Spark task, in a producer) and an
+order-independent digest of (key, value) pairs proves afterwards that an output holds
+exactly the source: nothing lost, nothing twice, nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
+
+Record = tuple[bytes, bytes]
+
+#: Where generated files are kept between runs (same rows and files: same bytes).
+DATA_ROOT = Path("/tmp/kafka2pc-bench/data")
+
+_NOTE = b"abcdefghij" * 5  # pads the value to about 130 bytes
+_MASK = (1 << 128) - 1
+
+
+def key_of(i: int) -> bytes:
+    """Record ``i``'s key: 16 bytes, unique."""
+    return b"k%015d" % i
+
+
+def value_of(i: int) -> bytes:
+    """Record ``i``'s value: a JSON object of about 130 bytes."""
+    return b'{"id":%d,"customer":"customer-%05d","amount":%d.%02d,"note":"%s-%07d"}' % (
+        i,
+        i % 9973,
+        i * 3 // 2,
+        i % 100,
+        _NOTE,
+        i % 10_000_000,
+    )
+
+
+@dataclass
+class Digest:
+    """Order-independent fingerprint of (key, value) pairs: their count and the sum of their
+    hashes, so a lost, repeated or altered record changes it whichever order they came in."""
+
+    count: int = 0
+    total: int = 0
+
+    def add(self, key: bytes | None, value: bytes | None) -> None:
+        k = b"\xff" if key is None else b"\x00" + key
+        h = hashlib.blake2b(len(k).to_bytes(4, "big") + k + (value or b""), digest_size=16)
+        self.total = (self.total + int.from_bytes(h.digest(), "big")) & _MASK
+        self.count += 1
+
+    def add_all(self, records: Iterable[Record]) -> Digest:
+        for key, value in records:
+            self.add(key, value)
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.count:,} records, digest {self.total >> 64:016x}"
+
+
+@dataclass
+class Dataset:
+    """Records ``0 .. rows-1``; their digest and per-partition counts are computed once and
+    kept on disk beside the parquet files."""
+
+    rows: int
+    _digest: Digest | None = field(default=None, repr=False)
+    _counts: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+
+    def records(self, start: int = 0, stop: int | None = None) -> list[Record]:
+        """Records ``start .. stop-1`` as a list (built before any timed section)."""
+        return list(self.iter_records(start, stop))
+
+    def iter_records(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        for i in range(start, self.rows if stop is None else stop):
+            yield key_of(i), value_of(i)
+
+    @property
+    def directory(self) -> Path:
+        return DATA_ROOT / f"rows-{self.rows}"
+
+    def digest(self) -> Digest:
+        if self._digest is None:
+            meta = self._meta()
+            if "digest" not in meta:
+                digest = Digest().add_all(self.iter_records())
+                meta["digest"] = [digest.count, digest.total]
+                self._save_meta(meta)
+            self._digest = Digest(*meta["digest"])
+        return self._digest
+
+    def partition_counts(self, partitions: int) -> tuple[int, ...]:
+        """Records per Kafka partition where Java's partitioner (murmur2) puts each key."""
+        if partitions not in self._counts:
+            meta = self._meta()
+            name = f"partition_counts_{partitions}"
+            if name not in meta:
+                counts = [0] * partitions
+                for i in range(self.rows):
+                    counts[partition_for_key(key_of(i), partitions)] += 1
+                meta[name] = counts
+                self._save_meta(meta)
+            self._counts[partitions] = tuple(meta[name])
+        return self._counts[partitions]
+
+    def parquet(self, files: int) -> Path:
+        """The records as ``files`` snappy parquet files (columns ``key``, ``value``: strings)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        target = self.directory / f"parquet-{files}"
+        if (target / "_COMPLETE").exists():
+            return target
+        target.mkdir(parents=True, exist_ok=True)
+        bounds = [self.rows * f // files for f in range(files + 1)]
+        for f in range(files):
+            keys, values = [], []
+            for key, value in self.iter_records(bounds[f], bounds[f + 1]):
+                keys.append(key.decode())
+                values.append(value.decode())
+            table = pa.table({"key": pa.array(keys, pa.string()), "value": pa.array(values)})
+            pq.write_table(table, target / f"part-{f:05d}.parquet", compression="snappy")
+        (target / "_COMPLETE").write_text("")
+        return target
+
+    @property
+    def record_bytes(self) -> float:
+        """Mean key + value size."""
+        sample = range(0, self.rows, max(1, self.rows // 1000))
+        return sum(len(key_of(i)) + len(value_of(i)) for i in sample) / len(sample)
+
+    def _meta(self) -> dict[str, list[int]]:
+        path = self.directory / "meta.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def _save_meta(self, meta: dict[str, list[int]]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / "meta.json.tmp"
+        tmp.write_text(json.dumps(meta))
+        tmp.replace(self.directory / "meta.json")

@@ -1,0 +1,176 @@
+"""Wall time and CPU of a benchmark step, split into the broker's and everyone else's.
+
+Why CPU: on a shared 2-core machine wall time swings with other people's load, CPU seconds
+much less. Why from /proc: the systems compared run in child processes (spark-submit, a
+JVM, Python workers that Spark's daemon forks), some of which outlive their parent; this
+process becomes their subreaper (``PR_SET_CHILD_SUBREAPER``), so every descendant stays in
+its process tree and its CPU is counted, live or exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are re-parented to this process instead of init (Linux only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    ppid: int
+    name: str
+    state: str
+    #: CPU seconds of the process itself.
+    own: float
+    #: ... plus those of its children it waited for.
+    cpu: float
+
+
+def _processes() -> dict[int, _Proc]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()  # from field 3 (state) on
+        own = int(fields[11]) + int(fields[12])  # utime, stime
+        waited = int(fields[13]) + int(fields[14])  # cutime, cstime
+        found[int(entry)] = _Proc(
+            int(entry), int(fields[1]), name, fields[0], own / _TICK, (own + waited) / _TICK
+        )
+    return found
+
+
+def _group(proc: _Proc, root: int) -> str:
+    if proc.pid == root:
+        return "benchmark"
+    if proc.name == "java":
+        return "JVM"
+    if proc.name.startswith("python") or proc.name.startswith("pyspark"):
+        return "Python"
+    return "other"
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds one process has used so far (None when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _tree(exclude: Iterable[int]) -> list[_Proc]:
+    """This process and its descendants, without the subtrees under ``exclude``."""
+    root, skip = os.getpid(), set(exclude)
+    procs = _processes()
+    children: dict[int, list[int]] = {}
+    for proc in procs.values():
+        children.setdefault(proc.ppid, []).append(proc.pid)
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in skip and pid in procs:
+            tree.append(procs[pid])
+            todo.extend(children.get(pid, ()))
+    return tree
+
+
+def reap_orphans(keep: Iterable[int] = ()) -> None:
+    """Wait for exited descendants re-parented to this process (their CPU moves into ours)."""
+    me, known = os.getpid(), set(keep)
+    for proc in _processes().values():
+        if proc.ppid == me and proc.state == "Z" and proc.pid not in known:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(proc.pid, os.WNOHANG)
+
+
+@dataclass
+class Meter:
+    """What one step cost: filled in when its ``measure()`` block ends."""
+
+    seconds: float = 0.0
+    #: CPU seconds of this process and its descendants, the broker excluded (exact).
+    cpu: float = 0.0
+    #: The same by group (benchmark, JVM, Python, other), from samples every 0.2 s: a
+    #: process that exits between two samples loses its last 0.2 s at most.
+    cpu_groups: dict[str, float] = field(default_factory=dict)
+    #: CPU seconds of the broker's JVM (None for a broker not started here).
+    broker_cpu: float | None = None
+
+
+class _Sampler(threading.Thread):
+    """Each descendant's own CPU, first and last seen, by group."""
+
+    def __init__(self, exclude: list[int], interval_s: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.exclude, self.interval_s = exclude, interval_s
+        self.first: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self.stop = threading.Event()
+        self.sample(initial=True)
+
+    def sample(self, initial: bool = False) -> None:
+        """Processes already there count from now on, new ones from their start."""
+        root = os.getpid()
+        for proc in _tree(self.exclude):
+            self.first.setdefault(proc.pid, proc.own if initial else 0.0)
+            self.last[proc.pid] = (_group(proc, root), proc.own)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            self.sample()
+
+    def groups(self) -> dict[str, float]:
+        self.stop.set()
+        self.join()
+        self.sample()
+        out: dict[str, float] = {}
+        for pid, (group, cpu) in self.last.items():
+            out[group] = out.get(group, 0.0) + cpu - self.first[pid]
+        return out
+
+
+@contextlib.contextmanager
+def measure(broker_pid: int | None = None, *, by_group: bool = True) -> Iterator[Meter]:
+    """Measure the block: wall seconds, CPU (total, and by process group unless
+    ``by_group`` is False: its sampling thread would take the GIL from an in-process side
+    now and then), the broker's CPU."""
+    meter = Meter()
+    exclude = [broker_pid] if broker_pid else []
+    broker_before = process_cpu(broker_pid) if broker_pid else None
+    before = sum(p.cpu for p in _tree(exclude))
+    sampler = _Sampler(exclude) if by_group else None
+    if sampler is not None:
+        sampler.start()
+    start = time.perf_counter()
+    try:
+        yield meter
+    finally:
+        meter.seconds = time.perf_counter() - start
+        meter.cpu_groups = sampler.groups() if sampler is not None else {}
+        # Exact: a descendant that exited and was reaped meanwhile moved into its parent's
+        # count of waited-for children.
+        meter.cpu = sum(p.cpu for p in _tree(exclude)) - before
+        if broker_pid and broker_before is not None:
+            after = process_cpu(broker_pid)
+            meter.broker_cpu = None if after is None else after - broker_before
+        reap_orphans(exclude)

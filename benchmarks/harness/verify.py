@@ -1,0 +1,130 @@
+"""Every benchmark output is checked before its time is believed.
+
+Three witnesses, as the tests use them: the package's log audit (markers applied by us:
+committed once, nothing open), a read_committed consumer (``transaction/visible.py``: what
+downstream readers see, no key twice, nothing stalled), and a digest of every visible
+(key, value) pair against the source's. Per-partition counts are kept so that systems can
+be compared with each other (same keys, same partitioner: same counts).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_provider_kafka2pc.transaction.audit import COMMITTED, audit_topic
+from airflow_provider_kafka2pc.transaction.committable import Committable
+from airflow_provider_kafka2pc.transaction.visible import read_committed
+
+from .cluster import Cluster
+from .data import Digest
+
+#: Seconds a read_committed reader waits for partitions to reach their end.
+READ_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Expected:
+    """What an output must hold. ``content``: read every (key, value) into a digest, compared
+    with ``digest`` when one is given (False for a load generator's random payload);
+    ``partition_counts`` None: keyless or not known."""
+
+    rows: int
+    transactional: bool = True
+    content: bool = True
+    digest: Digest | None = None
+    partition_counts: Sequence[int] | None = None
+    keys_unique: bool = True
+    committables: Sequence[Committable] = ()
+
+
+@dataclass
+class Verification:
+    topic: str
+    audit: dict[str, int]
+    visible: int
+    partition_counts: list[int]
+    digest: Digest | None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        a = self.audit
+        text = (
+            f"audit: {a['committed']:,} committed ({a['non_transactional']:,} non-transactional),"
+            f" {a['open']:,} open, {a['aborted']:,} aborted; read_committed {self.visible:,}"
+        )
+        if self.digest is not None:
+            text += f"; {self.digest}"
+        return text + ("" if self.ok else " -- FAILED: " + "; ".join(self.problems))
+
+
+def verify_topic(cluster: Cluster, topic: str, expected: Expected) -> Verification:
+    """Audit ``topic``, read it as read_committed, digest it; list every mismatch."""
+    report = audit_topic(cluster.protocol, topic, expected.committables)
+    totals = report.totals
+    problems = []
+    n = expected.rows
+    if totals["committed"] != n:
+        problems.append(f"{totals['committed']:,} of {n:,} records committed")
+    if totals["open"]:
+        problems.append(f"{totals['open']:,} records in open transactions")
+    if expected.transactional and totals["non_transactional"]:
+        problems.append(f"{totals['non_transactional']:,} records outside transactions")
+    bad = [c for c in report.committables if c["state"] != COMMITTED or not c["complete"]]
+    if bad:
+        problems.append(f"committables not committed in full: {bad[:3]}")
+    seen = read_committed(cluster.config, topic, timeout_s=READ_TIMEOUT_S)
+    if seen.stalled:
+        problems.append(f"read_committed stalled at {seen.stalled}")
+    if seen.total != n:
+        problems.append(f"read_committed saw {seen.total:,} of {n:,}")
+    if expected.keys_unique and seen.duplicate_keys:
+        problems.append(f"{seen.duplicate_keys:,} extra copies of keys")
+    counts = [seen.counts[p] for p in sorted(seen.counts)]
+    audited = [report.partitions[p].committed for p in sorted(report.partitions)]
+    if counts != audited:
+        problems.append(f"per partition: read_committed {counts}, audit {audited}")
+    if expected.partition_counts is not None and counts != list(expected.partition_counts):
+        problems.append(f"per partition {counts}, expected {list(expected.partition_counts)}")
+    digest = read_digest(cluster.config, topic) if expected.content else None
+    if expected.digest is not None and digest != expected.digest:
+        problems.append(f"content differs from the source: {digest} vs {expected.digest}")
+    return Verification(topic, totals, seen.total, counts, digest, problems)
+
+
+def read_digest(settings: dict[str, Any], topic: str) -> Digest:
+    """Digest of what a read_committed consumer sees, read up to the partitions' ends."""
+    consumer = Consumer(
+        {
+            **settings,
+            "group.id": f"bench-digest-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        digest, done = Digest(), set()
+        idle = 0
+        while len(done) < len(partitions) and idle < READ_TIMEOUT_S / 0.5:
+            messages = consumer.consume(num_messages=10_000, timeout=0.5)
+            idle = 0 if messages else idle + 1
+            for message in messages:
+                if message.error() is not None:
+                    done.add(message.partition())  # _PARTITION_EOF (or an error: stops it)
+                    continue
+                digest.add(message.key(), message.value())
+        return digest
+    finally:
+        consumer.close()
