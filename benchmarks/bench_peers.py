@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ", ".join(s for s in results.sides if s != PRODUCER_PERF)
     print(f"per-partition counts equal across {names}: {'yes' if same else 'NO'} ({counts})")
     if profile is not None:
-        print(f"\nkafka2pc's Python processes under py-spy ({args.rows:,} rows, CPU s):")
+        print(f"\nkafka2pc's Python processes under py-spy ({args.rows:,} rows, an extra run):")
         for line in profile.lines():
             print(f"  {line}")
     print(json.dumps({"verified": ok}))

@@ -4,8 +4,9 @@ Why a sampler: Spark's Python workers are forked by its daemon and live for one 
 nothing can be instrumented from outside without changing what is measured; py-spy reads
 their stacks from outside. It runs in a virtualenv of its own (``py-spy`` from PyPI), is
 attached to this process with ``--subprocesses`` (so it follows every descendant: the
-spark-submit driver, the workers, ``kafka2pc commit``), and records on-CPU samples only.
-A profiled run is an extra run: it is never one of the timed ones.
+spark-submit driver, the workers, ``kafka2pc commit``), and records active samples only:
+running, or runnable and waiting for a CPU (on a loaded machine the seconds overstate CPU
+time; the shares stay meaningful). A profiled run is an extra run, never a timed one.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ _PROCESS = re.compile(r'^process (\d+):"(.*?)"$')
 
 @dataclass
 class Profile:
-    """On-CPU samples per process kind, and per function (the innermost frame)."""
+    """Active samples per process kind, per function (the innermost frame) and per frame
+    anywhere on the stack (inclusive)."""
 
     rate: int
     seconds: Counter[str] = field(default_factory=Counter)
     functions: dict[str, Counter[str]] = field(default_factory=dict)
-    #: Inclusive seconds of frames whose text contains one of :data:`MARKS`, per kind.
+    #: Seconds of every frame anywhere on the stack, per kind.
     inclusive: dict[str, Counter[str]] = field(default_factory=dict)
 
     def add(self, kind: str, frames: list[str], samples: int) -> None:
@@ -45,25 +47,29 @@ class Profile:
             marks[frame] += seconds
 
     def lines(self, top: int = 8) -> list[str]:
+        """Per process kind: seconds sampled, then the biggest functions as shares of them."""
         out = []
         for kind, seconds in self.seconds.most_common():
-            out.append(f"{kind}: {seconds:.1f} CPU s sampled")
-            own = ", ".join(f"{f} {s:.1f}" for f, s in self.functions[kind].most_common(top))
-            out.append(f"  own time (innermost frame): {own}")
-            incl = ", ".join(
-                f"{f} {s:.1f}"
-                for f, s in self.inclusive[kind].most_common(3 * top)
-                if not f.startswith(_WRAPPERS)
-            )
-            out.append(f"  inclusive: {incl}")
+            out.append(f"{kind}: {seconds:.1f} s sampled")
+
+            def share(counter: Counter[str], seconds: float = seconds) -> str:
+                return ", ".join(
+                    f"{f} {s / seconds:.0%}"
+                    for f, s in counter.most_common(3 * top)
+                    if not f.startswith(_WRAPPERS)
+                )
+
+            own = Counter(dict(self.functions[kind].most_common(top)))
+            out.append(f"  own (innermost frame): {share(own)}")
+            out.append(f"  inclusive: {share(self.inclusive[kind])}")
         return out
 
 
 def _short(frame: str) -> str:
     """``write (airflow_provider_kafka2pc/transaction/writer.py:160)`` -> ``write (writer.py)``;
-    every frame of the import machinery -> ``importing modules``."""
+    every frame of the import machinery (importlib, zipimport) -> ``importing modules``."""
     name, _, where = frame.partition(" (")
-    if where.startswith("<frozen"):
+    if where.startswith(("<frozen importlib", "<frozen zipimport")):
         return "importing modules"
     return f"{name} ({where.rsplit('/', 1)[-1].split(':')[0]})" if where else name
 
