@@ -162,7 +162,9 @@ def fetch_peers(wanted: list[str]) -> dict[str, object]:
 class Peers:
     """The four sides, writing the same dataset into fresh topics of one broker."""
 
-    def __init__(self, args: argparse.Namespace, cluster: Cluster, peers: dict[str, object]):
+    def __init__(
+        self, args: argparse.Namespace, cluster: Cluster, peers: dict[str, object]
+    ) -> None:
         self.args, self.cluster, self.peers = args, cluster, peers
         self.full = Dataset(args.rows)
         self.warm = Dataset(min(args.rows, args.warmup_rows))

@@ -13,7 +13,8 @@ measures:
 - :func:`checked` / :func:`verify_topic`: log audit + read_committed + digest of every output;
 - ``print_*``: the tables, printed the same way by every benchmark;
 - :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
-- :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log.
+- :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log;
+- :func:`profiled`: py-spy over every Python process of an extra, untimed run.
 """
 
 from .cluster import Cluster, add_cluster_arguments
