@@ -267,7 +267,7 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
     first_refused = {  # -> the step refused, and what the refusal says
         # AddPartitionsToTxn: the writer (librdkafka) says only "Local: Purged in queue";
         # its log names TOPIC_AUTHORIZATION_FAILED (transaction/writer.py does not map it).
-        ("TOPIC", "WRITE"): ("prepare", "WriteError: delivery failed"),
+        ("TOPIC", "WRITE"): ("prepare", "Local: Purged in queue"),
         # The commit reads the log's markers (Fetch) before and after EndTxn.
         ("TOPIC", "READ"): ("commit", "TOPIC_AUTHORIZATION_FAILED"),
         # InitProducerId.

@@ -30,6 +30,7 @@ from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, cli
+from tests.java_witness import assert_java_witness
 
 from .conftest import ids_coordinated_by
 
@@ -68,11 +69,22 @@ def victim_coordinating_a_leader(
     return victim, ids_coordinated_by(cluster, victim, count)
 
 
-def witnesses(cluster: KafkaCluster, topic: str, committables: list[Committable], **expect: Any):
-    """Both witnesses, asked through every bootstrap server (some may be down)."""
+def witnesses(
+    cluster: KafkaCluster,
+    topic: str,
+    committables: list[Committable],
+    *,
+    java: bool = False,
+    **expect: Any,
+):
+    """Both witnesses, asked through every bootstrap server (some may be down); with
+    ``java``, Kafka's own console consumer (read_committed) as the third."""
     bootstrap = cluster.bootstrap_servers
     with KafkaProtocol({"bootstrap.servers": bootstrap}, timeout_ms=10_000) as protocol:
-        return assert_exactly_once(protocol, bootstrap, topic, *committables, **expect)
+        found = assert_exactly_once(protocol, bootstrap, topic, *committables, **expect)
+    if java:
+        assert_java_witness(bootstrap, topic, committed=expect["committed"])
+    return found
 
 
 def test_coordinator_killed_after_prepare_then_commit_all_finishes_on_the_new_one(
@@ -107,7 +119,7 @@ def test_coordinator_killed_after_prepare_then_commit_all_finishes_on_the_new_on
     # Witnessed while the victim is still down: the audit rides the failover too.
     witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
     kafka_cluster.restart(victim)
-    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0, java=True)
 
 
 def test_coordinator_killed_after_prepare_then_the_commit_command_finishes(
@@ -138,7 +150,7 @@ def test_coordinator_killed_after_prepare_then_the_commit_command_finishes(
     assert outcomes == ["COMMITTED"] * 3, done.stdout
     witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
     kafka_cluster.restart(victim)
-    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0, java=True)
 
 
 class KillAfterFirstEndTxn(KafkaProtocol):
@@ -189,4 +201,4 @@ def test_coordinator_killed_in_the_middle_of_commit_all(
     assert [r.outcome for r in results] == [Outcome.COMMITTED] * 3, results
     witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
     kafka_cluster.restart(victim)
-    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
+    witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0, java=True)

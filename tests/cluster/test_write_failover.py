@@ -31,6 +31,7 @@ from airflow_provider_kafka2pc.transaction.controller import (
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once
+from tests.java_witness import assert_java_witness
 
 pytestmark = pytest.mark.cluster
 
@@ -52,10 +53,15 @@ def rows_killing(count: int, at: int, kill: Callable[[], None]) -> Iterator[tupl
         yield (f"k{i}".encode(), payload)
 
 
-def witnesses(cluster: KafkaCluster, topic: str, *committables: Any, **expect: Any) -> None:
+def witnesses(
+    cluster: KafkaCluster, topic: str, *committables: Any, java: bool = False, **expect: Any
+) -> None:
+    """Both witnesses; with ``java``, Kafka's own console consumer (read_committed) too."""
     bootstrap = cluster.bootstrap_servers
     with KafkaProtocol({"bootstrap.servers": bootstrap}, timeout_ms=10_000) as protocol:
         assert_exactly_once(protocol, bootstrap, topic, *committables, **expect)
+    if java:
+        assert_java_witness(bootstrap, topic, committed=expect["committed"])
 
 
 def test_partition_leader_killed_mid_write_is_ridden_and_commits_exactly_once(
@@ -91,7 +97,7 @@ def test_partition_leader_killed_mid_write_is_ridden_and_commits_exactly_once(
     assert result.outcome is Outcome.COMMITTED
     witnesses(kafka_cluster, cluster_topic, committable, committed=RECORDS, aborted=0)
     kafka_cluster.restart(victim)
-    witnesses(kafka_cluster, cluster_topic, committable, committed=RECORDS, aborted=0)
+    witnesses(kafka_cluster, cluster_topic, committable, committed=RECORDS, aborted=0, java=True)
 
 
 def test_two_of_three_nodes_killed_mid_write_fail_clearly_in_bounded_time(
@@ -150,4 +156,4 @@ def test_two_of_three_nodes_killed_mid_write_fail_clearly_in_bounded_time(
     with KafkaProtocol(cluster_settings, timeout_ms=5_000) as protocol:
         [result] = TransactionController(protocol).commit_all([again])
     assert result.outcome is Outcome.COMMITTED
-    witnesses(kafka_cluster, cluster_topic, again, committed=1000)
+    witnesses(kafka_cluster, cluster_topic, again, committed=1000, java=True)
