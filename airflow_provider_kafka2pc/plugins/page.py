@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime, timedelta
+from html import escape
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -147,7 +148,9 @@ def _same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host")
 
 
-def _audit(user: BaseUser, export: ExportView, report: RecoveryReport | None, error: str | None):
+def _audit(
+    user: BaseUser, export: ExportView, report: RecoveryReport | None, error: str | None
+) -> None:
     """Who pressed "recover now", in Airflow's audit log (Browse > Audit Log)."""
     extra = {"export_id": export.export_id, "id_prefix": export.id_prefix}
     extra.update({"error": error} if error else {"result": report.summary() if report else ""})
@@ -176,7 +179,8 @@ def create_app() -> FastAPI:
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
             login = get_auth_manager().get_url_login(next_url=str(request.url))
             return RedirectResponse(login, status_code=status.HTTP_303_SEE_OTHER)
-        return HTMLResponse(f"<p>{exc.status_code}: {exc.detail}</p>", exc.status_code)
+        # The detail may quote the form (an export id): escaped, never markup.
+        return HTMLResponse(f"<p>{exc.status_code}: {escape(str(exc.detail))}</p>", exc.status_code)
 
     @app.get("/", response_class=HTMLResponse, name="exports_page")
     def exports_page(request: Request, user: GetUserDep) -> HTMLResponse:
@@ -203,7 +207,13 @@ def create_app() -> FastAPI:
         with sources.open_ledger() as ledger:
             if export_id not in ledger.export_ids():
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no export {export_id!r}")
-            export = read_export(ledger, export_id, access.dag_of(export_id), recent=1, now=started)
+            export = read_export(  # as the page read it: the same id prefix
+                ledger,
+                export_id,
+                access.dag_of(export_id),
+                recent=config.ui_recent_batches(),
+                now=started,
+            )
         hook = ExportHook(sources.kafka.kafka_config_id, sources.ledger_hook.ledger_conn_id)
         try:
             report = hook.recover(

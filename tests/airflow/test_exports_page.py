@@ -371,6 +371,12 @@ def test_page_shows_batches_and_recovers_the_one_in_doubt(
                 headers={"Origin": api_server.url},
             )
             assert refused.status == 403, refused.text()
+            markup = page.request.post(
+                f"{api_server.url}/kafka2pc/recover",
+                form={"export_id": "<b>x</b>"},
+                headers={"Origin": api_server.url},
+            )
+            assert markup.status == 403 and "&lt;b&gt;x&lt;/b&gt;" in markup.text(), markup.text()
             with Ledger(api_server.ledger_url, migrate=False) as ledger:
                 assert ledger.get(EXPORT_ID, RUN_IN_DOUBT).state is BatchState.COMMIT_DECIDED
 
@@ -378,6 +384,12 @@ def test_page_shows_batches_and_recovers_the_one_in_doubt(
             page = log_in(browser, api_server, "editor")
             frame = exports_frame(page)
             export = frame.locator(f'section.export[data-export="{EXPORT_ID}"]')
+            forged = page.request.post(  # the editor's cookie, another site's form
+                f"{api_server.url}/kafka2pc/recover",
+                form={"export_id": EXPORT_ID},
+                headers={"Origin": "http://elsewhere.example"},
+            )
+            assert forged.status == 403 and "cross-origin" in forged.text(), forged.text()
             shot = tmp_path / "kafka-exports.png"
             page.screenshot(path=str(shot))
             if os.environ.get(SCREENSHOT_ENV):
