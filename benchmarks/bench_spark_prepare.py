@@ -196,6 +196,7 @@ def baseline_writer(
             result_batch,
         )
         from airflow_provider_kafka2pc.transaction.writer import (
+            BrokerLinks,
             DeliveryReports,
             TransactionalWriter,
         )
@@ -221,8 +222,10 @@ def baseline_writer(
                 raise RuntimeError(f"topic {topic} missing")
             first = next(records, None)
             if first is not None:
-                produced = TransactionalWriter._produce_all(
-                    producer, topic, first, records, deliveries
+                # Only its loop is used (no transaction): the id is never registered.
+                loop = TransactionalWriter(config, f"{topic}-baseline-loop")
+                produced = loop._produce_all(
+                    producer, topic, first, records, deliveries, BrokerLinks()
                 )
                 if producer.flush(FLUSH_TIMEOUT_S):
                     raise RuntimeError("records undelivered")
