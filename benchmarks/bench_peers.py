@@ -237,7 +237,8 @@ class Peers:
             if submitted.returncode != 0:
                 summary = submitted.stdout.strip().splitlines()[-1:] or ["no output"]
                 raise SystemExit(
-                    f"kafka2pc prepare failed ({summary[0]}); see {files / 'spark-submit.log'}"
+                    f"kafka2pc prepare failed (exit {submitted.returncode}: {summary[0]}); "
+                    f"see {files / 'spark-submit.log'}"
                 )
             committed = subprocess.run(
                 [KAFKA2PC_CLI, "commit", "-b", self.cluster.servers, str(manifest)],
