@@ -28,7 +28,7 @@ from .conftest import assert_exactly_once, cli
 
 ROWS = 6  # per transaction
 #: Long enough that a batch recorded just before the command runs is still live then.
-GRACE_S = 6.0
+GRACE_S = 10.0
 #: The transactions outlive every test here; only recovery ends them.
 TIMEOUT_MS = 120_000
 
@@ -114,11 +114,13 @@ def test_recover_resolves_by_verdict_leaves_live_runs_and_other_prefixes(
     for tid in others:
         open_transaction(settings, tid, topic, tid)
     time.sleep(GRACE_S)
-    live, _ = prepared_batch(store, settings, export_id, prefix, "live-run", topic)
     grace = ("--grace-period-s", str(GRACE_S))
 
     started = time.monotonic()
     dry, planned = recover_cli(bootstrap, ledger_url, export_id, prefix, *grace, "--dry-run")
+    # The live run begins just before the real round: it must stay within the grace period
+    # however slowly the commands start on a loaded machine.
+    live, _ = prepared_batch(store, settings, export_id, prefix, "live-run", topic)
     first, report = recover_cli(bootstrap, ledger_url, export_id, prefix, *grace)
     first_s = time.monotonic() - started
 
