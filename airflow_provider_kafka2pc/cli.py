@@ -128,9 +128,16 @@ def _refusals(
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from .broker import KafkaBroker
+    from .broker import KafkaBroker, KafkaCluster
 
     data_dir = Path(args.data_dir) if args.data_dir else None
+    if args.nodes != 1:
+        if args.port is not None:
+            raise ConfigurationError("--port applies to one node; a cluster picks free ports")
+        with KafkaCluster(args.kafka_version, nodes=args.nodes, data_dir=data_dir) as cluster:
+            _emit(cluster.describe())
+            _serve_until_stopped()
+        return 0
     with KafkaBroker(args.kafka_version, port=args.port, data_dir=data_dir) as broker:
         _emit(
             {
@@ -140,10 +147,14 @@ def _cmd_broker(args: argparse.Namespace) -> int:
                 "log": str(broker.log_path),
             }
         )
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
+        _serve_until_stopped()
     return 0
+
+
+def _serve_until_stopped() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        signal.pause()
 
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
@@ -479,6 +490,12 @@ def _add_broker(commands: Any) -> None:
         "its jars are fetched from Maven Central on first use",
     )
     sub.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
+    sub.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="1 (default), or 3 or more: a replicated KRaft cluster (RF 3, min ISR 2)",
+    )
     sub.add_argument(
         "--kafka-version",
         default=DEFAULT_KAFKA_VERSION,
