@@ -32,7 +32,12 @@ from kafka.admin import (
 )
 
 from airflow_provider_kafka2pc.cli import main as cli_main
-from airflow_provider_kafka2pc.transaction.acls import AclEntry, authorization_failure, export_acls
+from airflow_provider_kafka2pc.transaction.acls import (
+    AclEntry,
+    authorization_failure,
+    export_acls,
+    kafka_python_acl,
+)
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
@@ -292,7 +297,7 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
         wait_for_acls(admin_client, principal, wanted - {entry.key()})
         caplog.clear()
         steps, prepared = run_every_step(probe, topic, prefix)
-        admin_client.create_acls([_acl(entry)])
+        admin_client.create_acls([kafka_python_acl(entry)])
         wait_for_acls(admin_client, principal, wanted)
         if prepared is not None and steps[-1].startswith("refused"):
             # Refused before EndTxn, the transaction is still open: with the ACL back,
@@ -314,19 +319,3 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
         assert not [
             t for t in admin.list_transactions(prefix) if t.state is CoordinatorTxnState.ONGOING
         ]
-
-
-def _acl(entry: AclEntry) -> Any:
-    from kafka.admin import ACL
-
-    return ACL(
-        entry.principal,
-        entry.host,
-        ACLOperation[entry.operation],
-        ACLPermissionType[entry.permission],
-        ResourcePattern(
-            ResourceType[entry.resource_type],
-            entry.resource_name,
-            ACLResourcePatternType[entry.pattern_type],
-        ),
-    )

@@ -177,7 +177,8 @@ def _admin(config: Mapping[str, Any], timeout_ms: int) -> Any:
         ) from None
 
 
-def _kafka_python_acl(entry: AclEntry) -> Any:
+def kafka_python_acl(entry: AclEntry) -> Any:
+    """``entry`` as kafka-python's admin client takes it."""
     from kafka.admin import (
         ACL,
         ACLOperation,
@@ -210,7 +211,7 @@ def apply_acls(
     entries = list(entries)
     admin = _admin(config, timeout_ms)
     try:
-        result = admin.create_acls([_kafka_python_acl(e) for e in entries])
+        result = admin.create_acls([kafka_python_acl(e) for e in entries])
     except kafka_errors.KafkaError as exc:
         raise authorization_error(exc, config, "create ACLs") or Kafka2pcError(
             f"creating ACLs failed: {type(exc).__name__}"
