@@ -7,7 +7,7 @@ Spark session (``local[2]``), ``--partitions`` Spark partitions and as many Kafk
 (1) ``prepare_dataframe`` (one open transaction per partition, committed afterwards by one
     ``commit_all``, untimed) against the same job written non-transactionally: a copy of
     ``prepare_dataframe``'s steps through the library's own functions (``partitioned_input``,
-    ``_check_topic``, persist, ``materialise``, ``mapInArrow`` over ``partition_writer``'s
+    ``_check_topic``, ``mapInArrow`` over ``partition_writer``'s
     ``_records`` and the writer's ``_produce_all`` loop) where only the producer differs:
     idempotent, or plain (not idempotent, acks=all), or none at all (the no-Kafka floor: the
     job's writer only reads the Arrow batches). It must follow ``prepare_dataframe`` when that
@@ -15,7 +15,8 @@ Spark session (``local[2]``), ``--partitions`` Spark partitions and as many Kafk
     first producer-id request waits on a 500 ms retry timer; the transactional writer does not
     pay that, so the idempotent baseline carries a fixed cost per partition.
 (2) The write phase: the ``mapInArrow`` job alone (the last job of a prepare), from Spark's
-    status store; the jobs before it (materialise, checks) are reported apart.
+    status store (it reads the source, shuffles and writes: the input is read once); jobs
+    before it, if any, are reported apart.
 (3) End to end, cold, first thing in the process: session start (JVM launch included),
     ``prepare_dataframe`` of every row, one ``commit_all``. Compared with the official Airflow
     Kafka provider's ``ProduceToTopicOperator`` run in a child process as a worker runs it
@@ -152,8 +153,8 @@ def start_spark(driver_memory: str) -> tuple[Any, Any]:
 
 def spark_phases(spark: Any, after: int) -> dict[str, float]:
     """Jobs with an id above ``after`` from Spark's status store (submission to completion):
-    materialise (up to the persist's count), checks (jobs before the write), write (the last
-    job)."""
+    materialise (up to a count job, which only a repair runs now), checks (other jobs before
+    the write), write (the last job: the source read, the shuffle and the write)."""
     store = spark.sparkContext._jsc.sc().statusStore()
     seq = store.jobsList(None)
     jobs = []
@@ -248,34 +249,20 @@ def prepare_non_transactional(
     df: Any, *, topic: str, partitions: int, config: dict[str, Any], producer_kind: str
 ) -> int:
     """``prepare_dataframe``'s steps, with :func:`baseline_writer`; returns the rows written."""
-    from pyspark import StorageLevel
-
     from airflow_provider_kafka2pc.spark.partition_writer import RESULT_SCHEMA
-    from airflow_provider_kafka2pc.spark.prepare import (
-        _check_topic,
-        materialise,
-        partitioned_input,
-    )
+    from airflow_provider_kafka2pc.spark.prepare import _check_topic, partitioned_input
 
-    prepared = partitioned_input(df, partitions, "key", "value")
+    prepared = partitioned_input(df, partitions, "key", "value", require_keys=True)
     _check_topic(config, topic)
-    prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        partition_rows, nulls = materialise(prepared, partitions)
-        if nulls:
-            raise RuntimeError(f"{nulls} null keys")
-        writer = baseline_writer(config, topic, producer_kind)
-        reports = prepared.mapInArrow(writer, RESULT_SCHEMA).collect()
-    finally:
-        prepared.unpersist()
+    writer = baseline_writer(config, topic, producer_kind)
+    reports = prepared.mapInArrow(writer, RESULT_SCHEMA).collect()
     got = sorted(
         (r["partition"], r["input_rows"], json.loads(r["committable"])["record_count"])
         for r in reports
     )
-    expected = [(p, n, n) for p, n in enumerate(partition_rows)]
-    if got != expected:
-        raise RuntimeError(f"baseline reports {got}, expected {expected}")
-    return sum(partition_rows)
+    if len(got) != partitions or any(rows != delivered for _, rows, delivered in got):
+        raise RuntimeError(f"baseline reports {got}: one per partition, all delivered")
+    return sum(rows for _, rows, _ in got)
 
 
 # -- peak RSS inside the Python worker -------------------------------------------------------

@@ -231,7 +231,7 @@ def test_failed_job_then_abort_of_every_leased_id(spark, settings, bootstrap, pr
         ({"key_column": "tags"}, "key column 'tags' has unsupported type map"),
         ({"key_column": "id", "value_column": "id"}, "value column 'id' has unsupported type"),
         ({"key_column": "id", "header_columns": ["amount"]}, "header column 'amount'"),
-        ({"key_column": "maybe"}, "key column 'maybe' is null in 1 rows"),
+        ({"key_column": "maybe"}, "key column 'maybe' is null in some rows"),
         ({"key_column": "id", "transactional_ids": []}, "at least one id"),
         ({"key_column": "id", "transactional_ids": ["a", "a"]}, "distinct"),
         ({"key_column": "id", "transactional_ids": ["bad id"]}, "transactional_ids"),

@@ -88,8 +88,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         ``[kafka2pc] transaction_timeout_ms`` (900000 unless configured).
     :param manifest_dir: where the job writes its manifest, any Hadoop URI the driver and
         this worker can both reach; default: a temporary local directory.
-    :param progress_interval_s: each partition logs "rows written of rows to write" at
-        most this often while the job writes (0: never). The lines are the executors':
+    :param progress_interval_s: each partition logs its rows written at most this often
+        while the job writes, and once when delivered (0: never). The lines are the executors':
         they reach this task's log when the executors run in the spark-submit process
         (``local[*]``), and the executors' logs otherwise.
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).

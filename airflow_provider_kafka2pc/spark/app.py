@@ -92,7 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--progress-interval-s",
         type=float,
         default=defaults.PROGRESS_INTERVAL_S,
-        help="each partition logs rows written of rows to write at most this often (0: never)",
+        help="each partition logs rows written at most this often, and once done (0: never)",
     )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")

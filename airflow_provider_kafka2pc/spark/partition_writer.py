@@ -9,12 +9,15 @@ memory stays flat however large the partition.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..errors import WriteError
 from ..transaction.writer import Record, TransactionalWriter
+
+if TYPE_CHECKING:
+    from .progress import PartitionProgress
 
 KEY = "__kafka2pc_key"
 VALUE = "__kafka2pc_value"
@@ -34,8 +37,13 @@ def partition_writer(
     transaction_timeout_ms: int,
     header_names: Sequence[str],
     on_batch: ArrowBatchCallback | None = None,
+    progress: PartitionProgress | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Build the ``mapInArrow`` function; everything it closes over is picklable."""
+    """Build the ``mapInArrow`` function; everything it closes over is picklable.
+
+    ``on_batch`` runs after each Arrow batch is queued (a fault injected there comes before
+    the progress line); ``progress`` gets every batch and, once delivered, the last count.
+    """
     ids = list(transactional_ids)
     config = dict(producer_config)
     headers = list(header_names)
@@ -47,7 +55,14 @@ def partition_writer(
         partition = context.partitionId()
         attempt = context.attemptNumber()
         counter = _Counter()
-        hook = None if on_batch is None else (lambda rows: on_batch(partition, attempt, rows))
+        hooks = [h for h in (on_batch, progress) if h is not None]
+        hook = None
+        if hooks:
+
+            def hook(rows: int) -> None:
+                for each in hooks:
+                    each(partition, attempt, rows)
+
         # A retried task re-initialises the same id: that fences (aborts) the failed
         # attempt's transaction before this attempt writes anything.
         writer = TransactionalWriter(
@@ -59,6 +74,8 @@ def partition_writer(
                 f"partition {partition}: {counter.rows} rows in, {committable.record_count} "
                 "delivered; the transaction stays open for the orchestrator to abort"
             )
+        if progress is not None:
+            progress.done(partition, attempt, counter.rows)
         yield result_batch(partition, attempt, counter.rows, committable.to_json())
 
     return write_partition

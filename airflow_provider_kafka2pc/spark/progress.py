@@ -1,20 +1,20 @@
 """Per-partition progress of a long prepare, written by the executors at a steady interval.
 
-An :data:`~.partition_writer.ArrowBatchCallback`: after each Arrow batch a partition hands
-to its producer, it writes one line to the Python worker's stderr when ``interval_s`` has
-passed since its last line (and always at the partition's last row). The driver knows
-every partition's rows before the write job starts, so each line says "rows written of
-rows to write". Where the line lands is Spark's doing: with ``local[*]`` (and client-mode
-executors on the driver's host) the Python workers' stderr is the spark-submit process's,
-which ``SparkSubmitOperator`` copies into the task log; on a cluster it is in each
-executor's log (the Spark UI), since executors cannot reach the task log.
+After each Arrow batch a partition hands to its producer, :class:`PartitionProgress` writes
+one line to the Python worker's stderr when ``interval_s`` has passed since its last line,
+and one final line once the partition's records are delivered. The lines say rows written
+and the rate, not a share: the prepare reads its input once, so no partition's total is
+known before its last row (a counting pass first would cost about a fifth of the export;
+README, "Where the time goes"). Where the lines land is Spark's doing: with ``local[*]``
+(and client-mode executors on the driver's host) the Python workers' stderr is the
+spark-submit process's, which ``SparkSubmitOperator`` copies into the task log; on a cluster
+it is in each executor's log (the Spark UI), since executors cannot reach the task log.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
 from typing import TextIO
 
 #: How each line starts, so a log search finds them all.
@@ -22,14 +22,13 @@ PREFIX = "kafka2pc progress"
 
 
 class PartitionProgress:
-    """The ``on_batch`` callback that reports rows written of rows to write, per partition.
+    """Reports rows written per partition, at most once per ``interval_s``, then when done.
 
     Pickled into every task: its clock and last line are per task, on the executor.
     """
 
-    def __init__(self, job_label: str, partition_rows: Sequence[int], interval_s: float) -> None:
+    def __init__(self, job_label: str, interval_s: float) -> None:
         self.job_label = job_label
-        self.partition_rows = tuple(partition_rows)
         self.interval_s = interval_s
         self._started: float | None = None
         self._first_rows = 0
@@ -39,29 +38,38 @@ class PartitionProgress:
         now = time.monotonic()
         if self._started is None:  # the task's first batch: the clock starts here
             self._started, self._first_rows = now, rows
-        total = self.partition_rows[partition]
-        if rows < total and now - self._last < self.interval_s:
+        if now - self._last < self.interval_s:
             return
         self._last = now
+        self.write(partition, attempt, rows, self._rate(now, rows))
+
+    def done(self, partition: int, attempt: int, rows: int) -> None:
+        """The partition's records are all delivered: its last line, always written."""
+        self.write(partition, attempt, rows, self._rate(time.monotonic(), rows), done=True)
+        self._started, self._last = None, 0.0  # a reused worker's next task starts afresh
+
+    def _rate(self, now: float, rows: int) -> float | None:
+        if self._started is None:
+            return None
         elapsed = now - self._started
-        rate = (rows - self._first_rows) / elapsed if elapsed > 0 else None
-        self.write(partition, attempt, rows, total, rate)
+        return (rows - self._first_rows) / elapsed if elapsed > 0 else None
 
     def write(
         self,
         partition: int,
         attempt: int,
         rows: int,
-        total: int,
         rate: float | None,
         stream: TextIO | None = None,
+        *,
+        done: bool = False,
     ) -> None:
-        share = 100 * rows / total if total else 100.0
         speed = f", {rate:,.0f} rows/s" if rate else ""
         retry = f" (task attempt {attempt})" if attempt else ""
+        state = "done, " if done else ""
         line = (
-            f"{PREFIX} {self.job_label}: partition {partition}{retry}: {rows:,} of "
-            f"{total:,} rows written ({share:.0f}%){speed}\n"
+            f"{PREFIX} {self.job_label}: partition {partition}{retry}: {state}{rows:,} rows "
+            f"written{speed}\n"
         )
         out = stream or sys.stderr
         out.write(line)
