@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-spark bench-orchestration bench-id-pool bench-peers clean
+.PHONY: demo test lint bench bench-spark bench-orchestration bench-id-pool bench-peers bench-levers clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ bench-id-pool: $(STAMP)
 # e.g. make bench-peers BENCH_ARGS="--rows 500000 --rounds 3".
 bench-peers: $(STAMP)
 	$(BIN)/python benchmarks/bench_peers.py $(BENCH_ARGS)
+
+# The prepare's levers (Kafka-aligned partitioning, producer settings) against its defaults.
+bench-levers: $(STAMP)
+	$(BIN)/python benchmarks/bench_levers.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -20,10 +20,12 @@ committable and ``metadata.refused`` says why, and the exit code is 3.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,16 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
-from airflow_provider_kafka2pc.spark.prepare import Repair, prepare_dataframe
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 
 log = logging.getLogger("kafka2pc.spark.app")
+
+#: Imported in a thread while the SparkSession starts: it brings both Kafka clients
+#: (confluent-kafka, kafka-python), a second or more of imports that the session's start,
+#: mostly spent waiting on the JVM, hides (py-spy: two thirds of the driver's own samples
+#: were imports).
+PREPARE_MODULE = "airflow_provider_kafka2pc.spark.prepare"
 
 #: Exit code of a repair that refused to write (the source changed or is gone).
 EXIT_REFUSED = 3
@@ -176,9 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(name).setLevel(logging.INFO)
     args = parse_args(argv)
     repair = args.only_partitions is not None
-    spark = SparkSession.builder.appName(
-        f"kafka2pc-{'repair' if repair else 'prepare'}-{args.topic}"
-    ).getOrCreate()
+    with ThreadPoolExecutor(1, thread_name_prefix="kafka2pc-import") as pool:
+        loading = pool.submit(importlib.import_module, PREPARE_MODULE)
+        spark = SparkSession.builder.appName(
+            f"kafka2pc-{'repair' if repair else 'prepare'}-{args.topic}"
+        ).getOrCreate()
+        prepare = loading.result()
     try:
         try:
             source = read_source(spark, args)
@@ -187,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             return refuse(spark, args, f"the source cannot be read any more: {exc}", ())
         try:
-            batch = prepare_dataframe(
+            batch = prepare.prepare_dataframe(
                 source,
                 topic=args.topic,
                 transactional_ids=[
@@ -200,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 transaction_timeout_ms=args.transaction_timeout_ms,
                 job_label=args.job_label,
                 progress_interval_s=args.progress_interval_s,
-                repair=Repair(args.only_partitions, args.expected_partition_rows)
+                repair=prepare.Repair(args.only_partitions, args.expected_partition_rows)
                 if repair
                 else None,
             )

@@ -45,6 +45,8 @@ class PartitionAudit:
     commit_markers: int = 0
     abort_markers: int = 0
     end_offset: int = 0
+    #: Record batches holding data (markers apart): how the producers batched.
+    data_batches: int = 0
     spans: list[_Span] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, int]:
@@ -56,6 +58,7 @@ class PartitionAudit:
             "commit_markers": self.commit_markers,
             "abort_markers": self.abort_markers,
             "end_offset": self.end_offset,
+            "data_batches": self.data_batches,
         }
 
 
@@ -132,6 +135,7 @@ def _audit_partition(
             if span is not None:
                 span.state = COMMITTED if batch.control is ControlType.COMMIT else ABORTED
             continue
+        audit.data_batches += 1
         if not batch.is_transactional:
             audit.non_transactional += batch.record_count
             audit.spans.append(

@@ -50,6 +50,10 @@ class Verification:
     partition_counts: list[int]
     digest: Digest | None
     problems: list[str] = field(default_factory=list)
+    #: Record batches of data in the log, and commit/abort markers: how the producer
+    #: batched, which is most of what a record costs the broker.
+    batches: int = 0
+    markers: int = 0
 
     @property
     def ok(self) -> bool:
@@ -63,6 +67,11 @@ class Verification:
         )
         if self.digest is not None:
             text += f"; {self.digest}"
+        if self.batches:
+            text += (
+                f"; {self.batches:,} record batches ({a['committed'] / self.batches:,.0f} "
+                f"records each), {self.markers} markers"
+            )
         return text + ("" if self.ok else " -- FAILED: " + "; ".join(self.problems))
 
 
@@ -97,7 +106,17 @@ def verify_topic(cluster: Cluster, topic: str, expected: Expected) -> Verificati
     digest = read_digest(cluster.config, topic) if expected.content else None
     if expected.digest is not None and digest != expected.digest:
         problems.append(f"content differs from the source: {digest} vs {expected.digest}")
-    return Verification(topic, totals, seen.total, counts, digest, problems)
+    parts = report.partitions.values()
+    return Verification(
+        topic,
+        totals,
+        seen.total,
+        counts,
+        digest,
+        problems,
+        batches=sum(p.data_batches for p in parts),
+        markers=sum(p.commit_markers + p.abort_markers for p in parts),
+    )
 
 
 def read_digest(settings: dict[str, Any], topic: str) -> Digest:

@@ -4,7 +4,8 @@
         --fault-marker FILE -- <the prepare application's own arguments>
 
 It runs :func:`airflow_provider_kafka2pc.spark.app.main` unchanged, except that the
-product's own executor hook (``prepare_dataframe(on_batch=...)``) is set: when partition
+product's own executor hook (``prepare_dataframe(on_batch=...)``, set on the module the
+application imports it from) is set: when partition
 ``P`` has queued its first batch, its Python worker waits for librdkafka to deliver (the
 records are then in the log, in an open transaction), writes ``FILE`` and dies by SIGKILL:
 
@@ -72,10 +73,10 @@ def main(argv: list[str]) -> int:
     if rest and rest[0] == "--":
         rest = rest[1:]
 
-    from airflow_provider_kafka2pc.spark import app
+    from airflow_provider_kafka2pc.spark import app, prepare
 
     hook = functools.partial(die_at, ours.fault, ours.fault_partition, ours.fault_marker)
-    app.prepare_dataframe = functools.partial(app.prepare_dataframe, on_batch=hook)
+    prepare.prepare_dataframe = functools.partial(prepare.prepare_dataframe, on_batch=hook)
     return app.main(rest)
 
 

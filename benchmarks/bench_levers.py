@@ -1,0 +1,233 @@
+"""The prepare's levers, each measured against the defaults side by side in one run.
+
+``make bench-levers``. On the shared harness (one local Apache Kafka broker, the shared
+dataset, interleaved rounds, every output committed and verified: log audit, read_committed,
+digest of keys and values, per-partition counts where Java's murmur2 puts each key) and the
+in-process Spark session of ``bench_spark_prepare`` (``local[2]``, ``--partitions`` Spark
+partitions = transactions = Kafka partitions), ``prepare_dataframe`` + ``commit_all`` with:
+
+- ``defaults``: the package as shipped (the input read once: shuffle, then write);
+- ``count first``: the input cached and counted per partition before the write, as every
+  prepare did until 2026-11-24 and a loss repair still does (run here as a repair of every
+  partition, with the counts of the ``defaults`` side's manifest);
+- ``kafka-aligned``: each Spark partition owns the Kafka partitions ``p`` with
+  ``p mod partitions == its index``, so each transaction writes one Kafka partition and its
+  batches fill. The rows' Kafka partition (Java's murmur2) is precomputed into the parquet
+  files, outside the timed run, so this side measures what alignment gives, not what
+  computing murmur2 in the JVM would cost (Spark has no murmur2 function);
+- ``linger 50 ms``: ``linger.ms=50`` (librdkafka's default is 5; ``batch.size`` is already
+  1 MB against the Java producer's 16 KB);
+- ``lz4``: ``compression.type=lz4`` (the Java producers of Spark's and Flink's sinks send
+  uncompressed by default);
+- ``java batches``: ``batch.size=16384``, the Java producer's default, as Spark's and
+  Flink's sinks send.
+
+Printed: wall time (prepare + commit), records/s, CPU of this process tree (Spark's JVM and
+Python workers), the broker's CPU, the write job, and each lever's ratios to the defaults.
+
+Run: ``python benchmarks/bench_levers.py [--rows 2000000 --partitions 8 --rounds 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_spark_prepare import SparkPrepare, last_job_id, spark_phases, start_spark
+from harness import (
+    Cluster,
+    Round,
+    Run,
+    Side,
+    add_cluster_arguments,
+    checked,
+    interleave,
+    machine_line,
+    measure,
+    print_results,
+)
+
+from airflow_provider_kafka2pc.spark import prepare as prepare_module
+from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
+
+WORK_DIR = Path("/tmp/kafka2pc-bench/levers")
+DEFAULTS = "defaults"
+#: Producer settings of each settings lever (over the defaults).
+SETTINGS = {
+    "linger 50 ms": {"linger.ms": 50},
+    "lz4": {"compression.type": "lz4"},
+    "java batches": {"batch.size": 16384},
+}
+ALIGNED = "kafka-aligned"
+COUNT_FIRST = "count first"
+KAFKA_PARTITION = "kafka_partition"
+
+
+class Levers(SparkPrepare):
+    #: Rows per Spark partition, from the last ``defaults`` run (the ``count first`` repair).
+    counts: list[int]
+
+    def aligned_source(self, partitions: int) -> Path:
+        """The dataset's parquet files with each row's Kafka partition (Java's murmur2)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        target = self.data.directory / f"aligned-{self.args.partitions}-{partitions}"
+        if (target / "_COMPLETE").exists():
+            return target
+        target.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self.data.parquet(self.args.partitions).glob("*.parquet")):
+            table = pq.read_table(path)
+            keys = table.column("key").to_pylist()
+            placed = [partition_for_key(k.encode(), partitions) for k in keys]
+            pq.write_table(
+                table.append_column(KAFKA_PARTITION, pa.array(placed, pa.int32())),
+                target / path.name,
+            )
+        (target / "_COMPLETE").write_text("")
+        return target
+
+    def partition_values(self, partitions: int) -> list[int]:
+        """For each Spark partition ``s``, an int that Spark's hash partitioning sends to ``s``."""
+        rows = (
+            self.spark.range(0, 64 * partitions)
+            .selectExpr("CAST(id AS INT) AS v", f"pmod(hash(CAST(id AS INT)), {partitions}) AS s")
+            .collect()
+        )
+        found: dict[int, int] = {}
+        for row in rows:
+            found.setdefault(row["s"], row["v"])
+        return [found[s] for s in range(partitions)]
+
+    def run_side(self, side: str, rnd: Round) -> Run:
+        from pyspark.sql import functions as F
+
+        from airflow_provider_kafka2pc.spark.prepare import Repair
+
+        partitions = self.args.partitions
+        topic = self.cluster.topic(f"{rnd.label}-{side.replace(' ', '-')}", partitions)
+        config = {**self.cluster.config, **SETTINGS.get(side, {})}
+        original = prepare_module.partitioned_input
+        if side == ALIGNED:
+            df = self.spark.read.parquet(str(self.aligned_source(partitions)))
+            values = self.partition_values(partitions)
+            owner = F.element_at(
+                F.array(*[F.lit(v) for v in values]),
+                F.pmod(F.col(KAFKA_PARTITION), F.lit(partitions)) + 1,
+            )
+
+            def aligned(
+                df: Any,
+                n: int,
+                key_column: Any,
+                value_column: Any,
+                header_columns: Any = (),
+                *,
+                require_keys: bool = False,
+            ) -> Any:
+                encoded = prepare_module._encode(
+                    df, key_column, value_column, header_columns, require_keys
+                )
+                return (
+                    df.select(*encoded, owner.alias("__by"))
+                    .repartition(n, F.col("__by"))
+                    .drop("__by")
+                )
+
+            prepare_module.partitioned_input = aligned
+        else:
+            df = self.source(self.data)
+        before = last_job_id(self.spark)
+        try:
+            with measure(self.cluster.broker_pid) as meter:
+                batch = prepare_module.prepare_dataframe(
+                    df,
+                    topic=topic,
+                    transactional_ids=[f"{topic}-{i}" for i in range(partitions)],
+                    producer_config=config,
+                    key_column="key",
+                    value_column="value",
+                    repair=Repair(range(partitions), self.counts) if side == COUNT_FIRST else None,
+                )
+                start = time.perf_counter()
+                outcomes = {r.outcome.value for r in self.controller.commit_all(batch.committables)}
+                commit_s = time.perf_counter() - start
+        finally:
+            prepare_module.partitioned_input = original
+        if outcomes != {"COMMITTED"}:
+            raise SystemExit(f"{topic}: commit outcomes {outcomes}")
+        if side == DEFAULTS:
+            self.counts = list(batch.partition_rows)
+        parts = {
+            "write job": spark_phases(self.spark, before).get("write", float("nan")),
+            "commit": commit_s,
+        }
+        touched = sum(len(c.partitions) for c in batch.committables)
+        expected = self.expected(self.data, partitions, committables=batch.committables)
+        return checked(
+            self.cluster,
+            side,
+            meter,
+            topic,
+            expected,
+            parts=parts,
+            info={"transaction partitions": touched},
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    levers = [DEFAULTS, COUNT_FIRST, ALIGNED, *SETTINGS]
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
+    parser.add_argument(
+        "--levers",
+        type=lambda text: [s.strip() for s in text.split(",")],
+        default=levers,
+        help=f"comma-separated subset of: {', '.join(levers)}",
+    )
+    add_cluster_arguments(parser)
+    args = parser.parse_args(argv)
+    if DEFAULTS not in args.levers or set(args.levers) - set(levers):
+        parser.error(f"--levers: {DEFAULTS} and any of {levers[1:]}")
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
+    with Cluster.from_args(args, data_dir=WORK_DIR / "kafka") as cluster:
+        bench = Levers(args, cluster)
+        bench.data.parquet(args.partitions)
+        if ALIGNED in args.levers:
+            bench.aligned_source(args.partitions)
+        bench.spark, jvm = start_spark(args.driver_memory)
+        try:
+            print(
+                f"{cluster.describe()}; {args.rows:,} rows, {args.partitions} partitions; "
+                f"{machine_line()}",
+                flush=True,
+            )
+            sides: dict[str, Side] = {
+                name: (lambda rnd, name=name: bench.run_side(name, rnd)) for name in args.levers
+            }
+            results = interleave(sides, args.rounds, say=lambda s: print(s, flush=True))
+        finally:
+            bench.spark.stop()
+            if jvm is not None and jvm.poll() is None:
+                jvm.terminate()
+                jvm.wait(timeout=30)
+    for side in results.sides:
+        touched = {r.info["transaction partitions"] for r in results.runs[side]}
+        print(f"  {side}: (transaction, Kafka partition) pairs written: {sorted(touched)}")
+    pairs = [(side, DEFAULTS) for side in results.sides if side != DEFAULTS]
+    ok = print_results(
+        results, f"{args.rows:,} rows, {args.partitions} partitions, local[2]", pairs
+    )
+    print(json.dumps({"verified": ok}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
