@@ -44,10 +44,12 @@ from harness import (
     Run,
     Side,
     add_cluster_arguments,
+    add_subset_argument,
     checked,
     interleave,
     machine_line,
     measure,
+    parse_subset,
     print_results,
 )
 
@@ -186,16 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
-    parser.add_argument(
-        "--levers",
-        type=lambda text: [s.strip() for s in text.split(",")],
-        default=levers,
-        help=f"comma-separated subset of: {', '.join(levers)}",
-    )
+    add_subset_argument(parser, "--levers", levers)
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
-    if DEFAULTS not in args.levers or set(args.levers) - set(levers):
-        parser.error(f"--levers: {DEFAULTS} and any of {levers[1:]}")
+    args.levers = parse_subset(parser, args.levers, levers, "--levers")
+    if DEFAULTS not in args.levers:
+        parser.error(f"--levers must include {DEFAULTS!r}: every lever is measured against it")
     WORK_DIR.mkdir(parents=True, exist_ok=True)
     with Cluster.from_args(args, data_dir=WORK_DIR / "kafka") as cluster:
         bench = Levers(args, cluster)

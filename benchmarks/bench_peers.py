@@ -52,6 +52,7 @@ from harness import (
     Run,
     Side,
     add_cluster_arguments,
+    add_subset_argument,
     checked,
     event_log_conf,
     interleave,
@@ -59,6 +60,7 @@ from harness import (
     maven_jars,
     measure,
     now_ms,
+    parse_subset,
     peers_root,
     print_results,
     profiled,
@@ -360,17 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         help="afterwards, one extra kafka2pc run under py-spy (not timed): where its Python "
         "processes spend their CPU",
     )
-    parser.add_argument(
-        "--systems",
-        type=lambda text: [s.strip() for s in text.split(",")],
-        default=systems,
-        help=f"comma-separated subset of: {', '.join(systems)}",
-    )
+    add_subset_argument(parser, "--systems", systems)
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
-    unknown = set(args.systems) - set(systems)
-    if unknown:
-        parser.error(f"unknown systems {sorted(unknown)}")
+    args.systems = parse_subset(parser, args.systems, systems, "--systems")
 
     print(f"fetching the peers (cached in {peers_root()})", flush=True)
     fetch_kafka(args.kafka_version)

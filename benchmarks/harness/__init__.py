@@ -14,13 +14,15 @@ measures:
 - ``print_*``: the tables, printed the same way by every benchmark;
 - :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
 - :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log;
-- :func:`profiled`: py-spy over every Python process of an extra, untimed run.
+- :func:`profiled`: py-spy over every Python process of an extra, untimed run;
+- :func:`add_subset_argument` / :func:`parse_subset`: ``--systems``-style options.
 """
 
 from .cluster import Cluster, add_cluster_arguments
 from .data import Dataset, Digest, Record, key_of, value_of
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
 from .measure import Meter, measure
+from .options import add_subset_argument, parse_subset
 from .profile import Profile, profiled
 from .report import (
     fmt,
@@ -55,6 +57,7 @@ __all__ = [
     "Side",
     "Verification",
     "add_cluster_arguments",
+    "add_subset_argument",
     "checked",
     "event_log_conf",
     "fmt",
@@ -65,6 +68,7 @@ __all__ = [
     "measure",
     "median",
     "now_ms",
+    "parse_subset",
     "peers_root",
     "print_parts",
     "print_ratios",

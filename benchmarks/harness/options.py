@@ -1,0 +1,27 @@
+"""Command-line options every benchmark shares."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+
+def add_subset_argument(parser: argparse.ArgumentParser, flag: str, choices: Sequence[str]) -> None:
+    """``flag``: a comma-separated subset of ``choices`` (all of them by default); an
+    unknown name is refused by :func:`parse_subset`."""
+    parser.add_argument(
+        flag,
+        type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
+        default=list(choices),
+        help=f"comma-separated subset of: {', '.join(choices)}",
+    )
+
+
+def parse_subset(
+    parser: argparse.ArgumentParser, chosen: Sequence[str], choices: Sequence[str], flag: str
+) -> list[str]:
+    """``chosen`` as given; exits with a usage error on an unknown name."""
+    unknown = sorted(set(chosen) - set(choices))
+    if unknown:
+        parser.error(f"{flag}: unknown {unknown}; choose from {list(choices)}")
+    return list(chosen)
