@@ -151,8 +151,12 @@ class Redirected:
 
 def load_example_dag() -> Any:
     """Migrate the metadata DB (idempotent) and parse ``dags/``: the example DAG."""
-    from airflow.dag_processing.dagbag import DagBag
     from airflow.utils.db import upgradedb
+
+    try:  # Airflow 3.2+
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
 
     upgradedb()
     bag = DagBag(dag_folder=str(DAGS_FOLDER))

@@ -40,7 +40,12 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG, CronDataIntervalTimetable
+from airflow.sdk import DAG
+
+try:  # Airflow 3.2+
+    from airflow.sdk import CronDataIntervalTimetable
+except ImportError:  # Airflow 3.1 has it in core only
+    from airflow.timetables.interval import CronDataIntervalTimetable  # type: ignore[no-redef]
 
 from airflow_provider_kafka2pc.export import kafka_exactly_once_export
 

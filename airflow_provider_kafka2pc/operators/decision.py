@@ -2,8 +2,9 @@
 
 The verdict goes to the ledger first, where the first writer wins: a retried or cleared
 decision, or a recovery racing it, gets the RECORDED verdict back and acts on that. Only
-then is it copied to the task state store (Airflow's metadata DB) and XCom, for people
-and downstream tasks to read; they are never consulted to decide.
+then is it copied to the task state store (Airflow's metadata DB, Airflow 3.3+; older
+releases have none and get XCom only) and XCom, for people and downstream tasks to read;
+they are never consulted to decide.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseBranchOperator, Context, TriggerRule
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk import Context, TriggerRule
 
 from .. import defaults
 from ..coordination.decision import Assessment, assess
@@ -21,6 +21,7 @@ from ..hooks.export import ExportHook
 from ..ledger import Batch, BatchKey, BatchState, Ledger, Verdict
 from ..utils import config
 from ..utils.task_errors import failing_permanent_errors
+from ..version_compat import AirflowSkipException, BaseBranchOperator, log_degraded_once
 
 #: task_state_store and XCom key of the recorded verdict.
 VERDICT_KEY = "verdict"
@@ -120,7 +121,7 @@ class KafkaTransactionDecisionOperator(BaseBranchOperator):
             )
 
     def publish_verdict(self, context: Context, batch: Batch) -> None:
-        """Copy the recorded verdict to the task state store, then XCom."""
+        """Copy the recorded verdict to the task state store (Airflow 3.3+), then XCom."""
         record = {
             "export_id": batch.export_id,
             "run_key": batch.run_key,
@@ -132,4 +133,10 @@ class KafkaTransactionDecisionOperator(BaseBranchOperator):
         store = context.get("task_state_store")
         if store is not None:
             store.set(VERDICT_KEY, record)
+        else:
+            log_degraded_once(
+                self.log,
+                "task state store",
+                "the recorded verdict is published to XCom only",
+            )
         context["ti"].xcom_push(key=VERDICT_KEY, value=record)

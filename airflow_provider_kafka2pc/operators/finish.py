@@ -17,8 +17,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
-from airflow.sdk.observability.stats import Stats
 
 from .. import defaults
 from ..coordination.finish import Coordinator, Finished, Reprepare
@@ -32,6 +30,7 @@ from ..hooks.export import ExportHook
 from ..ledger import Batch, BatchKey, Participant
 from ..transaction.committable import Committable
 from ..utils.task_errors import failing_permanent_errors
+from ..version_compat import AirflowFailException, Stats
 
 if TYPE_CHECKING:
     from .prepare import SparkKafkaPrepareOperator

@@ -23,12 +23,6 @@ from typing import Any, ClassVar
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, Context
-from airflow.sdk.exceptions import (
-    AirflowException,
-    AirflowNotFoundException,
-    AirflowSkipException,
-)
-from airflow.sdk.observability.stats import Stats
 
 from .. import compat, defaults
 from ..coordination.finish import Coordinator
@@ -60,6 +54,13 @@ from ..transaction.manifest import Manifest
 from ..utils import config
 from ..utils.connections import require_connection
 from ..utils.task_errors import failing_permanent_errors
+from ..version_compat import (
+    HAS_TASK_STATE_STORE,
+    AirflowException,
+    AirflowNotFoundException,
+    AirflowSkipException,
+    Stats,
+)
 
 
 def _safe(text: str) -> str:
@@ -133,8 +134,10 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         if not any("{{" in str(v) for v in dict(source).values()):
             source_arguments(source)
         # Re-attaching to an earlier try's Spark job would race the fence this operator
-        # applies before every submit: always submit afresh.
-        kwargs.setdefault("durable", False)
+        # applies before every submit: always submit afresh. Before Airflow 3.3 (no task
+        # state store) every try submits afresh anyway, and an explicit value only warns.
+        if HAS_TASK_STATE_STORE:
+            kwargs.setdefault("durable", False)
         kwargs.setdefault("name", "kafka2pc-prepare")
         super().__init__(application=APPLICATION, conn_id=spark_conn_id, **kwargs)
         self.export_id = export_id

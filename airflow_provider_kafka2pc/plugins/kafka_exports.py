@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from airflow.sdk.plugins_manager import AirflowPlugin
+from ..version_compat import AirflowPlugin
 
 #: The page's path on the API server, and its route in the UI (``/plugin/kafka-exports``).
 URL_PREFIX = "/kafka2pc"

@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from .. import defaults
 from ..coordination.recovery import RecoveryReport
@@ -22,6 +21,7 @@ from ..hooks.export import ExportHook
 from ..triggers.dangling import DanglingTransactionTrigger, RecoveryStatus
 from ..utils import config
 from ..utils.task_errors import Handling, failing_permanent_errors, handling
+from ..version_compat import AirflowException, AirflowFailException
 
 
 class KafkaDanglingTransactionSensor(BaseSensorOperator):

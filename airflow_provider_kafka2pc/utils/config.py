@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk.configuration import conf
-
 from .. import defaults
+from ..version_compat import conf
 
 SECTION = "kafka2pc"
 

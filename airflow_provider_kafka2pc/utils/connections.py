@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
 
 from ..errors import ConfigurationError
+from ..version_compat import AirflowNotFoundException
 
 #: What each connection of an export looks like, for the error message.
 HINTS = {

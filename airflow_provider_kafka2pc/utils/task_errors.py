@@ -15,9 +15,8 @@ import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from airflow.sdk.exceptions import AirflowFailException
-
 from ..errors import PermanentError, RetriableError
+from ..version_compat import AirflowFailException
 
 
 class Handling(enum.Enum):

@@ -106,14 +106,23 @@ def export_dag(
     return dag
 
 
+def dagbag_module() -> Any:
+    """The module of ``DagBag`` and ``sync_bag_to_db``: moved to dag_processing in Airflow 3.2."""
+    try:
+        from airflow.dag_processing import dagbag
+    except ImportError:  # Airflow 3.1
+        from airflow.models import dagbag  # type: ignore[no-redef]
+    return dagbag
+
+
 def register(dag: Any) -> None:
     """Serialize a DAG defined outside the dags folder into the metadata DB (dag.test needs it)."""
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-    from airflow.sdk import conf
+    from airflow_provider_kafka2pc.version_compat import conf
 
-    bag = DagBag(dag_folder=conf.get("core", "dags_folder"), collect_dags=False)
+    dagbag = dagbag_module()
+    bag = dagbag.DagBag(dag_folder=conf.get("core", "dags_folder"), collect_dags=False)
     bag.bag_dag(dag)
-    sync_bag_to_db(bag, "dags-folder", None)
+    dagbag.sync_bag_to_db(bag, "dags-folder", None)
 
 
 @dataclass
@@ -144,6 +153,7 @@ class DagTestResult:
             return None if row is None else XComModel.deserialize_value(row)
 
     def task_state_store(self, task: str, key: str) -> Any:
+        """The task's stored value of ``key``; Airflow 3.3+ only (3.1 and 3.2 have no store)."""
         from airflow.models.task_state_store import TaskStateStoreModel
         from airflow.utils.session import create_session
 

@@ -343,9 +343,9 @@ def test_maintenance_dag_waits_for_a_live_transaction_then_fences_it(
 
 def test_maintenance_dag_imports_with_its_default_config(monkeypatch):
     monkeypatch.delenv("KAFKA2PC_MAINTENANCE_EXPORTS", raising=False)
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow.dagtest import dagbag_module
 
-    bag = DagBag(dag_folder=str(MAINTENANCE_DAG))
+    bag = dagbag_module().DagBag(dag_folder=str(MAINTENANCE_DAG))
     assert bag.import_errors == {}
     dag = bag.dags["kafka2pc_maintenance"]
     assert dag.task_ids == ["recover__orders_export_export_orders"]
