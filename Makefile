@@ -56,6 +56,8 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests/unit
 	$(BIN)/python -m pytest --ignore=tests/unit
+	# The same provider on the oldest Airflow it supports: its own venv, its Airflow tests.
+	$(MAKE) test-airflow-oldest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
