@@ -58,6 +58,8 @@ from .schedule import TASK_TARGETS, Fault, fault_schedule
 
 #: How often a run that failed after the heal is re-run (cleared whole) by the soak.
 RERUN_ROUNDS = 3
+#: How long a task kill waits for a process of its target kind to appear.
+TARGET_WAIT_S = 30.0
 GROUP = "export_orders"
 
 
@@ -198,32 +200,38 @@ class Nemesis:
 
     # Each returns what it did: {"victim": ..., "result": ...}.
 
-    def _kill_task(self, fault: Fault) -> dict[str, Any]:
+    def _task_processes(self) -> dict[str, list[tuple[procs.Proc, dict[str, Any]]]]:
+        """The deployment's task processes now, by target kind, with their task instance."""
         table = procs.processes()
         scheduler = self.w.deployment.processes["scheduler"].pid
         mine = {p.pid for p in procs.descendants(scheduler, table)}
         runners = {tid: p for tid, p in procs.task_runners(table).items() if p.pid in mine}
+        found: dict[str, list[tuple[procs.Proc, dict[str, Any]]]] = {t: [] for t in TASK_TARGETS}
+        if not runners:
+            return found
         tis = {str(ti["id"]): ti for ti in self.w.deployment.task_instances()}
-        candidates: dict[str, list[tuple[procs.Proc, dict[str, Any]]]] = {
-            t: [] for t in TASK_TARGETS
-        }
         for tid, runner in sorted(runners.items()):
             ti = tis.get(tid)
             if ti is None:
                 continue
             if ti["task"] == "prepare":
-                candidates["spark_driver"] += [(p, ti) for p in procs.spark_drivers(runner, table)]
-                candidates["spark_worker"] += [(p, ti) for p in procs.spark_workers(runner, table)]
-            elif ti["task"] in candidates:
-                candidates[ti["task"]].append((runner, ti))
+                found["spark_driver"] += [(p, ti) for p in procs.spark_drivers(runner, table)]
+                found["spark_worker"] += [(p, ti) for p in procs.spark_workers(runner, table)]
+            elif ti["task"] in found:
+                found[ti["task"]].append((runner, ti))
+        return found
+
+    def _kill_task(self, fault: Fault) -> dict[str, Any]:
+        """SIGKILL a process of the fault's target kind, waiting up to
+        :data:`TARGET_WAIT_S` for one: the prepare runs most of the time, so without the wait
+        nearly every kill would hit it and the short tasks (decide, commit) almost never."""
         target = fault.target
-        if not candidates[target]:
-            # Nothing of that kind runs now: one of the kinds that do, by the same pick.
-            running = [t for t in TASK_TARGETS if candidates[t]]
-            if not running:
-                return {"victim": None, "result": "no task process running"}
-            target = running[int(fault.pick * len(running))]
-        proc, ti = candidates[target][int(fault.pick * len(candidates[target]))]
+        deadline = time.monotonic() + TARGET_WAIT_S
+        while not (candidates := self._task_processes()[target]):
+            if time.monotonic() > deadline or _all_final(self.w.deployment, self.config.intervals):
+                return {"victim": None, "result": f"no {target} process within {TARGET_WAIT_S} s"}
+            time.sleep(0.2)
+        proc, ti = candidates[int(fault.pick * len(candidates))]
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGKILL)
         return {
