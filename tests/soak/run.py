@@ -176,8 +176,12 @@ def world(config: SoakConfig, workdir: Path) -> Iterator[World]:
                     "KAFKA2PC_ORDERS_RETRY_DELAY_S": str(config.retry_delay_s),
                     # No scheduled run: only the backfill's intervals (before the start).
                     "KAFKA2PC_ORDERS_START_DATE": today.isoformat(),
-                    # A batch unchanged this long counts as abandoned (default 1 h).
-                    "AIRFLOW__KAFKA2PC__GRACE_PERIOD_S": "300",
+                    # The default grace period (1 h), on purpose: it must exceed the slowest
+                    # prepare. With 300 s, prepares of 8 min on a loaded machine were taken
+                    # for abandoned by another run's recover and aborted under the live job
+                    # (safe: the job's record_prepared was refused and it aborted its own
+                    # writes; but the run retried into the same fate).
+                    "AIRFLOW__KAFKA2PC__GRACE_PERIOD_S": "3600",
                 },
             )
         )
