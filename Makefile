@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-airflow-oldest lint bench bench-spark bench-orchestration bench-id-pool bench-peers bench-levers clean
+.PHONY: demo test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-peers bench-levers clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest --ignore=tests/unit
 	# The same provider on the oldest Airflow it supports: its own venv, its Airflow tests.
 	$(MAKE) test-airflow-oldest
+
+# The seeded chaos soak (issue 15; not part of `make test`, whose CI variant is short):
+# a real scheduler backfills 30 intervals on a 3-node cluster while a nemesis injects faults.
+# Options: SOAK_ARGS, e.g. make soak SOAK_ARGS="--seed 2026 --intervals 45".
+soak: $(STAMP)
+	$(BIN)/python -m tests.soak $(SOAK_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -31,7 +31,9 @@ an ordinary deployment keeps the defaults): ``KAFKA2PC_ORDERS_TOPIC`` (``orders`
 ``KAFKA2PC_ORDERS_ROWS`` (orders per day, 10,000), ``KAFKA2PC_ORDERS_PARTITIONS`` (Spark
 partitions = participants, 4), ``KAFKA2PC_ORDERS_LEDGER_CONN_ID`` (an Airflow connection
 to the ledger's database; unset = SQLite under ``AIRFLOW_HOME``),
-``KAFKA2PC_ORDERS_START_DATE`` (``YYYY-MM-DD``; default 3 days before today, UTC).
+``KAFKA2PC_ORDERS_START_DATE`` (``YYYY-MM-DD``; default 3 days before today, UTC),
+``KAFKA2PC_ORDERS_RETRIES`` (1) and ``KAFKA2PC_ORDERS_RETRY_DELAY_S`` (30) for every task
+(the chaos soak retries more, sooner).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ TOPIC = os.environ.get("KAFKA2PC_ORDERS_TOPIC", "orders")
 ROWS = int(os.environ.get("KAFKA2PC_ORDERS_ROWS", "10000"))
 PARTITIONS = int(os.environ.get("KAFKA2PC_ORDERS_PARTITIONS", "4"))
 LEDGER_CONN_ID = os.environ.get("KAFKA2PC_ORDERS_LEDGER_CONN_ID") or None
+RETRIES = int(os.environ.get("KAFKA2PC_ORDERS_RETRIES", "1"))
+RETRY_DELAY = timedelta(seconds=float(os.environ.get("KAFKA2PC_ORDERS_RETRY_DELAY_S", "30")))
 #: A rolling start a few days back (midnight UTC, so it only moves once a day): unpausing
 #: catches up a few intervals, never months of them.
 START_DATE = (
@@ -88,7 +92,7 @@ with DAG(
     start_date=START_DATE,
     catchup=True,
     max_active_runs=2,
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+    default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY},
     tags=["kafka2pc", "example"],
     doc_md=__doc__,
 ) as dag:

@@ -77,6 +77,11 @@ shutil.rmtree(root, ignore_errors=True)
 class PostgresServer:
     """One throwaway cluster: ``start()`` returns its URL, ``stop()`` removes every trace."""
 
+    #: ``off`` is fast and fine for a server that is thrown away; a server that is crashed
+    #: on purpose and must keep every acknowledged commit needs ``on`` (the default of
+    #: PostgreSQL and of production servers).
+    synchronous_commit = "off"
+
     def __init__(self, bindir: Path) -> None:
         self._bindir = bindir
         self._root = Path(tempfile.mkdtemp(prefix="kafka2pc-pg-"))
@@ -112,7 +117,7 @@ class PostgresServer:
         port = _free_port()
         options = (
             f"-p {port} -k {self._root} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            f"-c fsync=off -c synchronous_commit={self.synchronous_commit} -c full_page_writes=off"
         )
         log = str(self._root / "server.log")
         self._run("pg_ctl", "-D", str(self._data), "-l", log, "-o", options, "-w", "start")
@@ -137,6 +142,27 @@ class PostgresServer:
                 subprocess.run(self._stop(), capture_output=True, timeout=60, check=False)
         finally:
             shutil.rmtree(self._root, ignore_errors=True)
+
+
+class RestartablePostgres(PostgresServer):
+    """The throwaway server, restarted as after a crash (``-m immediate``: no shutdown
+    checkpoint, crash recovery at start) with the options it was started with.
+
+    That server runs with ``synchronous_commit=off`` (fast, and thrown away): a crash
+    then loses the last commits, as PostgreSQL documents. The ledger's sessions here ask
+    for ``synchronous_commit=on``, PostgreSQL's default, as a production server has it.
+    """
+
+    url = ""
+
+    @property
+    def ledger_url(self) -> str:
+        durable = {"options": "-csynchronous_commit=on"}
+        return make_url(self.url).update_query_dict(durable).render_as_string(False)
+
+    def restart(self) -> None:
+        log = str(self._root / "server.log")
+        self._run("pg_ctl", "-D", str(self._data), "-l", log, "-m", "immediate", "-w", "restart")
 
 
 @contextmanager

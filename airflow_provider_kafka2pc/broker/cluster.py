@@ -97,6 +97,10 @@ class KafkaCluster:
         kept. A temporary directory, removed on :meth:`stop`, when None.
     :param config: broker settings over :data:`CLUSTER_CONFIG`, for every node.
     :param heap_mb: each JVM's maximum heap.
+    :param advertised_ports: ``{node id: port}`` to advertise instead of the node's own
+        client port, for a proxy in front of each node (network faults in tests): every
+        client, and the other nodes' replica fetchers, then go through it. The node's own
+        port is :meth:`client_port`.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class KafkaCluster:
         config: Mapping[str, str] | None = None,
         heap_mb: int = 512,
         cache_dir: Path | None = None,
+        advertised_ports: Mapping[int, int] | None = None,
     ) -> None:
         if nodes < 3:
             raise ConfigurationError(
@@ -121,6 +126,7 @@ class KafkaCluster:
         )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         layout = self._layout(nodes)
+        self._ports = {node_id: ports["port"] for node_id, ports in layout["nodes"].items()}
         voters = ",".join(
             f"{node_id}@{HOST}:{ports['controller_port']}"
             for node_id, ports in sorted(layout["nodes"].items())
@@ -142,6 +148,7 @@ class KafkaCluster:
                 config=settings,
                 heap_mb=heap_mb,
                 cache_dir=cache_dir,
+                advertised_port=(advertised_ports or {}).get(node_id),
             )
             for node_id, ports in sorted(layout["nodes"].items())
         }
@@ -191,6 +198,11 @@ class KafkaCluster:
             raise ConfigurationError(
                 f"no node {node_id} in this cluster (nodes {self.node_ids})"
             ) from None
+
+    def client_port(self, node_id: int) -> int:
+        """The port node ``node_id`` listens on for clients (known before it starts)."""
+        self.node(node_id)
+        return self._ports[node_id]
 
     @property
     def bootstrap_servers(self) -> str:

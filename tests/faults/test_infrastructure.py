@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import make_url
 
 from airflow_provider_kafka2pc.broker import KafkaBroker
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
@@ -23,7 +22,7 @@ from tests.faults.conftest import ROWS, assert_exported_once
 from tests.postgres_support import (
     POSTGRES_URL_ENV,
     SKIP_POSTGRES_ENV,
-    PostgresServer,
+    RestartablePostgres,
     find_bindir,
 )
 from tests.proxy import Mode, TcpProxy
@@ -121,27 +120,6 @@ def test_broker_unreachable_during_the_commit_then_back_commits_exactly_once(
 
 
 # -- the ledger database restarted mid-run -----------------------------------------------------
-
-
-class RestartablePostgres(PostgresServer):
-    """The throwaway server, restarted as after a crash (``-m immediate``: no shutdown
-    checkpoint, crash recovery at start) with the options it was started with.
-
-    That server runs with ``synchronous_commit=off`` (fast, and thrown away): a crash
-    then loses the last commits, as PostgreSQL documents. The ledger's sessions here ask
-    for ``synchronous_commit=on``, PostgreSQL's default, as a production server has it.
-    """
-
-    url = ""
-
-    @property
-    def ledger_url(self) -> str:
-        durable = {"options": "-csynchronous_commit=on"}
-        return make_url(self.url).update_query_dict(durable).render_as_string(False)
-
-    def restart(self) -> None:
-        log = str(self._root / "server.log")
-        self._run("pg_ctl", "-D", str(self._data), "-l", log, "-m", "immediate", "-w", "restart")
 
 
 @pytest.fixture

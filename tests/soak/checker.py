@@ -1,0 +1,119 @@
+"""The soak's checker: the final state, read from every witness, against what must hold.
+
+:func:`find_anomalies` is pure (a :class:`FinalState` in, anomalies out, in a fixed order),
+so what it flags is tested without a cluster (``test_soak.py``). :func:`read_final_state`
+asks the real witnesses: the ledger, the log audit (commit/abort markers applied by us), a
+read_committed consumer, Kafka's Java console consumer, ListTransactions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class FinalState:
+    """Everything the checker judges, as plain data (it goes into the history)."""
+
+    #: The interval days (``yyyymmdd``) the soak exported.
+    days: list[str]
+    rows_per_day: int
+    partitions: int
+    #: day -> final DAG run state
+    run_states: dict[str, str]
+    #: day -> (batch state, source rows, participants) or None when the ledger has none
+    batches: dict[str, tuple[str, int | None, int] | None]
+    #: run keys of batches in the ledger that are no interval of the soak
+    other_batches: list[str]
+    #: the log audit's totals (committed, aborted, open, non_transactional) and extra copies
+    audit: dict[str, int]
+    #: the log audit's committables that are not COMMITTED and complete
+    audit_unfinished: list[str]
+    #: read_committed consumer: key -> copies, and the partitions it found stalled
+    visible: dict[str, int]
+    stalled: list[str]
+    #: Kafka's Java console consumer: records and key -> copies (None if it did not run)
+    java_records: int | None
+    java_keys: dict[str, int] = field(default_factory=dict)
+    #: transactions of the export still open on the broker, ids still leased
+    open_transactions: list[str] = field(default_factory=list)
+    leased: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        state = asdict(self)
+        # Keys are many; the history keeps their counts, not the keys themselves.
+        state["visible"] = {"records": sum(self.visible.values()), "keys": len(self.visible)}
+        state["java_keys"] = {"keys": len(self.java_keys)}
+        return state
+
+
+def _per_day(keys: dict[str, int]) -> tuple[Counter[str], list[str]]:
+    """Records per day (keys ``<yyyymmdd>-<n>``) and keys seen more than once."""
+    days: Counter[str] = Counter()
+    for key, copies in keys.items():
+        days[key.split("-")[0]] += copies
+    return days, sorted(k for k, n in keys.items() if n > 1)
+
+
+def find_anomalies(state: FinalState) -> list[str]:
+    """Every way ``state`` is not exactly once, first the gravest: duplicates and losses
+    seen by the consumers, then the audit, then the ledger and the leftovers."""
+    found: list[str] = []
+    expected = state.rows_per_day * len(state.days)
+    for name, keys in (
+        ("read_committed consumer", state.visible),
+        ("Java console consumer", state.java_keys),
+    ):
+        if name.startswith("Java") and state.java_records is None:
+            continue
+        per_day, twice = _per_day(keys)
+        if twice:
+            found.append(f"{name}: {len(twice)} keys more than once, first {twice[0]}")
+        for day in state.days:
+            if per_day.get(day, 0) != state.rows_per_day:
+                found.append(
+                    f"{name}: interval {day} has {per_day.get(day, 0)} records, "
+                    f"not {state.rows_per_day}"
+                )
+        strays = sorted(set(per_day) - set(state.days))
+        if strays:
+            found.append(f"{name}: records of no exported interval: {strays}")
+    if state.java_records is not None and state.java_records != expected:
+        found.append(f"Java console consumer: {state.java_records} records, not {expected}")
+    if state.stalled:
+        found.append(f"read_committed consumer stalled on {state.stalled}")
+    audit = state.audit
+    if audit.get("committed") != expected:
+        found.append(f"log audit: {audit.get('committed')} records committed, not {expected}")
+    if audit.get("extra_copies"):
+        found.append(f"log audit: {audit['extra_copies']} duplicate committed copies")
+    if audit.get("open"):
+        found.append(f"log audit: {audit['open']} records in open transactions")
+    if audit.get("non_transactional"):
+        found.append(f"log audit: {audit['non_transactional']} records outside any transaction")
+    if state.audit_unfinished:
+        found.append(f"log audit: committables not committed in full: {state.audit_unfinished}")
+    for day in state.days:
+        batch = state.batches.get(day)
+        if batch is None:
+            found.append(f"ledger: no batch for interval {day}")
+            continue
+        batch_state, source_rows, participants = batch
+        if batch_state != "COMMITTED":
+            found.append(f"ledger: interval {day} is {batch_state}, not COMMITTED")
+        if source_rows != state.rows_per_day:
+            found.append(f"ledger: interval {day} has {source_rows} source rows")
+        if participants != state.partitions:
+            found.append(f"ledger: interval {day} has {participants} participants")
+    if state.other_batches:
+        found.append(f"ledger: batches of no exported interval: {state.other_batches}")
+    if state.open_transactions:
+        found.append(f"broker: transactions still open: {state.open_transactions}")
+    if state.leased:
+        found.append(f"ledger: ids still leased: {state.leased}")
+    for day in state.days:
+        if state.run_states.get(day) != "success":
+            found.append(f"Airflow: the run of interval {day} is {state.run_states.get(day)}")
+    return found

@@ -1,0 +1,86 @@
+"""Which process is which, from ``/proc``: the task processes a nemesis may kill.
+
+Airflow 3's LocalExecutor runs each task in a supervisor that forks the task runner, whose
+process title is ``airflow worker -- <task instance id>``; the prepare task's
+``spark-submit`` JVM (``org.apache.spark.deploy.SparkSubmit``) is its descendant, and so
+are Spark's Python workers (``pyspark.daemon`` and the workers it forks).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    cmdline: str
+
+
+def processes() -> dict[int, Proc]:
+    """Every process now, by pid (those that vanish while read are skipped)."""
+    found: dict[int, Proc] = {}
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces: ppid follows the last ")".
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        found[int(entry.name)] = Proc(int(entry.name), ppid, cmdline.strip())
+    return found
+
+
+def descendants(root: int, table: dict[int, Proc]) -> list[Proc]:
+    """Every process below ``root`` (not itself), parents before children."""
+    children: dict[int, list[Proc]] = {}
+    for proc in table.values():
+        children.setdefault(proc.ppid, []).append(proc)
+    out: list[Proc] = []
+    todo = [root]
+    while todo:
+        for child in sorted(children.get(todo.pop(0), []), key=lambda p: p.pid):
+            out.append(child)
+            todo.append(child.pid)
+    return out
+
+
+def task_runners(table: dict[int, Proc]) -> dict[str, Proc]:
+    """Task instance id -> its task runner process (title ``airflow worker -- <uuid>``)."""
+    runners: dict[str, Proc] = {}
+    for proc in table.values():
+        head, sep, tail = proc.cmdline.partition("airflow worker -- ")
+        if sep and not head and tail and " " not in tail and "LocalExecutor" not in tail:
+            runners[tail] = proc
+    return runners
+
+
+def spark_drivers(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
+    return [p for p in descendants(runner.pid, table) if "SparkSubmit" in p.cmdline]
+
+
+def spark_workers(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
+    """Spark's Python workers below a prepare task: forks of ``pyspark.daemon`` first
+    (they write the partitions), the daemon itself otherwise."""
+    below = [p for p in descendants(runner.pid, table) if "pyspark.daemon" in p.cmdline]
+    daemons = {p.pid for p in below}
+    forked = [p for p in below if p.ppid in daemons]
+    return forked or below
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
