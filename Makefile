@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-peers bench-levers clean
+.PHONY: demo test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -84,6 +84,10 @@ bench-orchestration: $(STAMP)
 # Pooled transactional ids against one fresh id per run and partition.
 bench-id-pool: $(STAMP)
 	$(BIN)/python benchmarks/bench_id_pool.py
+
+# The decision, the commit and the ledger with 8, 64 and 256 participants (issue 13, item 5).
+bench-participants: $(STAMP)
+	$(BIN)/python benchmarks/bench_participants.py $(BENCH_ARGS)
 
 # kafka2pc against Spark's Kafka sink, Flink's exactly-once KafkaSink and Kafka's
 # ProducerPerformance (fetched once into ~/.cache/kafka2pc/peers). Options: BENCH_ARGS,
