@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -38,6 +39,8 @@ class _Proc:
     own: float
     #: ... plus those of its children it waited for.
     cpu: float
+    #: Resident memory now, MiB.
+    rss_mib: float = 0.0
 
 
 def _processes() -> dict[int, _Proc]:
@@ -54,7 +57,13 @@ def _processes() -> dict[int, _Proc]:
         own = int(fields[11]) + int(fields[12])  # utime, stime
         waited = int(fields[13]) + int(fields[14])  # cutime, cstime
         found[int(entry)] = _Proc(
-            int(entry), int(fields[1]), name, fields[0], own / _TICK, (own + waited) / _TICK
+            int(entry),
+            int(fields[1]),
+            name,
+            fields[0],
+            own / _TICK,
+            (own + waited) / _TICK,
+            int(fields[21]) * _PAGE_MIB,  # rss, in pages
         )
     return found
 
@@ -115,6 +124,9 @@ class Meter:
     cpu_groups: dict[str, float] = field(default_factory=dict)
     #: CPU seconds of the broker's JVM (None for a broker not started here).
     broker_cpu: float | None = None
+    #: The largest resident memory one process of each group reached (MiB, the same
+    #: samples): whether the driver's and the workers' memory stays flat as rows grow.
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)
 
 
 class _Sampler(threading.Thread):
@@ -125,6 +137,7 @@ class _Sampler(threading.Thread):
         self.exclude, self.interval_s = exclude, interval_s
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
+        self.peak_rss: dict[int, float] = {}
         self.stop = threading.Event()
         self.sample(initial=True)
 
@@ -134,6 +147,7 @@ class _Sampler(threading.Thread):
         for proc in _tree(self.exclude):
             self.first.setdefault(proc.pid, proc.own if initial else 0.0)
             self.last[proc.pid] = (_group(proc, root), proc.own)
+            self.peak_rss[proc.pid] = max(self.peak_rss.get(proc.pid, 0.0), proc.rss_mib)
 
     def run(self) -> None:
         while not self.stop.wait(self.interval_s):
@@ -146,6 +160,13 @@ class _Sampler(threading.Thread):
         out: dict[str, float] = {}
         for pid, (group, cpu) in self.last.items():
             out[group] = out.get(group, 0.0) + cpu - self.first[pid]
+        return out
+
+    def peaks(self) -> dict[str, float]:
+        """Per group, the largest peak of one process (call after :meth:`groups`)."""
+        out: dict[str, float] = {}
+        for pid, (group, _) in self.last.items():
+            out[group] = max(out.get(group, 0.0), self.peak_rss.get(pid, 0.0))
         return out
 
 
@@ -167,6 +188,7 @@ def measure(broker_pid: int | None = None, *, by_group: bool = True) -> Iterator
     finally:
         meter.seconds = time.perf_counter() - start
         meter.cpu_groups = sampler.groups() if sampler is not None else {}
+        meter.peak_rss_mib = sampler.peaks() if sampler is not None else {}
         # Exact: a descendant that exited and was reaped meanwhile moved into its parent's
         # count of waited-for children.
         meter.cpu = sum(p.cpu for p in _tree(exclude)) - before

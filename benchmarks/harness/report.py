@@ -73,7 +73,8 @@ def print_runs(results: Results, say: Say = print) -> None:
 
 
 def print_parts(results: Results, sides: Sequence[str] | None = None, say: Say = print) -> None:
-    """Per side: the median of each named phase, and of CPU by process group."""
+    """Per side: the median of each named phase, of CPU by process group, and of the
+    largest peak resident memory of one process in each group."""
     for side in sides or results.sides:
         runs = results.runs[side]
         names = list(dict.fromkeys(name for r in runs for name in r.parts))
@@ -90,6 +91,13 @@ def print_parts(results: Results, sides: Sequence[str] | None = None, say: Say =
             )
             label = "CPU s by process" if names else f"{side}: CPU s by process"
             say(f"    {label}: {cpu}")
+        peaks = list(dict.fromkeys(g for r in runs for g in r.meter.peak_rss_mib))
+        if peaks:
+            rss = ", ".join(
+                f"{g} {fmt(median([r.meter.peak_rss_mib.get(g, 0.0) for r in runs]), '.0f')}"
+                for g in peaks
+            )
+            say(f"    largest process's peak RSS MiB: {rss}")
 
 
 def ratios(results: Results, a: str, b: str, metric: str = "seconds") -> list[float]:
