@@ -168,22 +168,10 @@ def test_backfill_of_three_intervals_two_at_a_time(deployment: Deployment) -> No
     """`airflow backfill create` of three earlier days, at most two runs at once: each day
     exactly once, concurrent runs on disjoint transactional ids, no ORM access in a task."""
     started = time.monotonic()
-    deployment.airflow("dags", "unpause", DAG_ID)  # backfill runs of a paused DAG stay queued
     deployment.airflow("dags", "unpause", CANARY_ID)
     deployment.airflow("dags", "trigger", CANARY_ID)
     first, last = deployment.today - timedelta(days=5), deployment.today - timedelta(days=3)
-    deployment.airflow(
-        "backfill",
-        "create",
-        "--dag-id",
-        DAG_ID,
-        "--from-date",
-        first.date().isoformat(),
-        "--to-date",
-        last.date().isoformat(),
-        "--max-active-runs",
-        "2",
-    )
+    deployment.backfill(first, last, max_active_runs=2)
 
     def backfill() -> list[dict[str, Any]]:
         return deployment.runs("backfill")

@@ -20,19 +20,9 @@ from airflow_provider_kafka2pc.broker.cluster import (
     TRANSACTION_STATE_TOPIC,
     transaction_state_partition,
 )
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from tests.cluster.support import create_transaction_state_log
 from tests.conftest import TEST_BROKER_CONFIG
-
-
-def _create_transaction_state_log(cluster: KafkaCluster, timeout_s: float = 60.0) -> None:
-    """The first FindCoordinator creates ``__transaction_state``; wait until it serves."""
-    deadline = time.monotonic() + timeout_s
-    with KafkaProtocol({"bootstrap.servers": cluster.bootstrap_servers}) as protocol:
-        while protocol.find_transaction_coordinator("warm-up")[0] != ErrorCode.NONE:
-            if time.monotonic() > deadline:
-                raise AssertionError("the transaction state log was not created")
-            time.sleep(0.2)
-    cluster.wait_healthy(max(1.0, deadline - time.monotonic()))
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +34,7 @@ def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaC
     )
     cluster.start()
     try:
-        _create_transaction_state_log(cluster)
+        create_transaction_state_log(cluster)
         yield cluster
     finally:
         cluster.stop()

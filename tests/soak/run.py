@@ -36,8 +36,9 @@ from airflow_provider_kafka2pc.broker.node import HOST, free_port
 from airflow_provider_kafka2pc.ledger import Ledger
 from airflow_provider_kafka2pc.transaction import naming
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.visible import read_committed
+from tests.cluster.support import create_transaction_state_log
 from tests.conftest import TEST_BROKER_CONFIG
 from tests.java_witness import java_read_committed
 from tests.postgres_support import RestartablePostgres, find_bindir, postgres_url
@@ -124,17 +125,6 @@ class World:
         return round(time.monotonic() - self.began, 3)
 
 
-def _create_transaction_state_log(cluster: KafkaCluster, timeout_s: float = 60.0) -> None:
-    """The first FindCoordinator creates ``__transaction_state``; wait until it serves."""
-    deadline = time.monotonic() + timeout_s
-    with KafkaProtocol({"bootstrap.servers": cluster.bootstrap_servers}) as protocol:
-        while protocol.find_transaction_coordinator("warm-up")[0] != ErrorCode.NONE:
-            if time.monotonic() > deadline:
-                raise AssertionError("the transaction state log was not created")
-            time.sleep(0.2)
-    cluster.wait_healthy(max(1.0, deadline - time.monotonic()))
-
-
 @contextlib.contextmanager
 def world(config: SoakConfig, workdir: Path) -> Iterator[World]:
     """Start the cluster behind its proxies, both PostgreSQL servers and Airflow."""
@@ -159,7 +149,7 @@ def world(config: SoakConfig, workdir: Path) -> Iterator[World]:
         stack.callback(ledger_server.stop)
         cluster.start(timeout_s=180)
         stack.callback(cluster.stop)
-        _create_transaction_state_log(cluster)
+        create_transaction_state_log(cluster)
         meta = stack.enter_context(postgres_url())
         today = datetime.now(UTC).date()
         deployment = stack.enter_context(
