@@ -10,11 +10,10 @@ partitions = transactions = Kafka partitions), ``prepare_dataframe`` + ``commit_
 - ``count first``: the input cached and counted per partition before the write, as every
   prepare did until 2026-11-24 and a loss repair still does (run here as a repair of every
   partition, with the counts of the ``defaults`` side's manifest);
-- ``kafka-aligned``: each Spark partition owns the Kafka partitions ``p`` with
-  ``p mod partitions == its index``, so each transaction writes one Kafka partition and its
-  batches fill. The rows' Kafka partition (Java's murmur2) is precomputed into the parquet
-  files, outside the timed run, so this side measures what alignment gives, not what
-  computing murmur2 in the JVM would cost (Spark has no murmur2 function);
+- ``kafka-aligned``: ``align_with_kafka=True``: each Spark partition owns the Kafka
+  partitions ``p`` with ``p mod partitions == its index``, so each transaction writes one
+  Kafka partition and its batches fill; each key's Kafka partition is computed by the
+  package's vectorised murmur2 in an Arrow UDF over the key column, inside the timed run;
 - ``linger 50 ms``: ``linger.ms=50`` (librdkafka's default is 5; ``batch.size`` is already
   1 MB against the Java producer's 16 KB);
 - ``lz4``: ``compression.type=lz4`` (the Java producers of Spark's and Flink's sinks send
@@ -35,7 +34,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from bench_spark_prepare import SparkPrepare, last_job_id, spark_phases, start_spark
 from harness import (
@@ -54,7 +52,6 @@ from harness import (
 )
 
 from airflow_provider_kafka2pc.spark import prepare as prepare_module
-from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/levers")
 DEFAULTS = "defaults"
@@ -66,104 +63,40 @@ SETTINGS = {
 }
 ALIGNED = "kafka-aligned"
 COUNT_FIRST = "count first"
-KAFKA_PARTITION = "kafka_partition"
 
 
 class Levers(SparkPrepare):
     #: Rows per Spark partition, from the last ``defaults`` run (the ``count first`` repair).
     counts: list[int]
 
-    def aligned_source(self, partitions: int) -> Path:
-        """The dataset's parquet files with each row's Kafka partition (Java's murmur2)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        target = self.data.directory / f"aligned-{self.args.partitions}-{partitions}"
-        if (target / "_COMPLETE").exists():
-            return target
-        target.mkdir(parents=True, exist_ok=True)
-        for path in sorted(self.data.parquet(self.args.partitions).glob("*.parquet")):
-            table = pq.read_table(path)
-            keys = table.column("key").to_pylist()
-            placed = [partition_for_key(k.encode(), partitions) for k in keys]
-            pq.write_table(
-                table.append_column(KAFKA_PARTITION, pa.array(placed, pa.int32())),
-                target / path.name,
-            )
-        (target / "_COMPLETE").write_text("")
-        return target
-
-    def partition_values(self, partitions: int) -> list[int]:
-        """For each Spark partition ``s``, an int that Spark's hash partitioning sends to ``s``."""
-        rows = (
-            self.spark.range(0, 64 * partitions)
-            .selectExpr("CAST(id AS INT) AS v", f"pmod(hash(CAST(id AS INT)), {partitions}) AS s")
-            .collect()
-        )
-        found: dict[int, int] = {}
-        for row in rows:
-            found.setdefault(row["s"], row["v"])
-        return [found[s] for s in range(partitions)]
-
     def run_side(self, side: str, rnd: Round) -> Run:
-        from pyspark.sql import functions as F
-
         from airflow_provider_kafka2pc.spark.prepare import Repair
 
         partitions = self.args.partitions
         topic = self.cluster.topic(f"{rnd.label}-{side.replace(' ', '-')}", partitions)
         config = {**self.cluster.config, **SETTINGS.get(side, {})}
-        original = prepare_module.partitioned_input
-        if side == ALIGNED:
-            df = self.spark.read.parquet(str(self.aligned_source(partitions)))
-            values = self.partition_values(partitions)
-            owner = F.element_at(
-                F.array(*[F.lit(v) for v in values]),
-                F.pmod(F.col(KAFKA_PARTITION), F.lit(partitions)) + 1,
-            )
-
-            def aligned(
-                df: Any,
-                n: int,
-                key_column: Any,
-                value_column: Any,
-                header_columns: Any = (),
-                *,
-                require_keys: bool = False,
-            ) -> Any:
-                encoded = prepare_module._encode(
-                    df, key_column, value_column, header_columns, require_keys
-                )
-                return (
-                    df.select(*encoded, owner.alias("__by"))
-                    .repartition(n, F.col("__by"))
-                    .drop("__by")
-                )
-
-            prepare_module.partitioned_input = aligned
-        else:
-            df = self.source(self.data)
+        df = self.source(self.data)
         before = last_job_id(self.spark)
-        try:
-            with measure(self.cluster.broker_pid) as meter:
-                batch = prepare_module.prepare_dataframe(
-                    df,
-                    topic=topic,
-                    transactional_ids=[f"{topic}-{i}" for i in range(partitions)],
-                    producer_config=config,
-                    key_column="key",
-                    value_column="value",
-                    repair=Repair(range(partitions), self.counts) if side == COUNT_FIRST else None,
-                )
-                start = time.perf_counter()
-                outcomes = {r.outcome.value for r in self.controller.commit_all(batch.committables)}
-                commit_s = time.perf_counter() - start
-        finally:
-            prepare_module.partitioned_input = original
+        with measure(self.cluster.broker_pid) as meter:
+            batch = prepare_module.prepare_dataframe(
+                df,
+                topic=topic,
+                transactional_ids=[f"{topic}-{i}" for i in range(partitions)],
+                producer_config=config,
+                key_column="key",
+                value_column="value",
+                repair=Repair(range(partitions), self.counts) if side == COUNT_FIRST else None,
+                align_with_kafka=side == ALIGNED,
+            )
+            start = time.perf_counter()
+            outcomes = {r.outcome.value for r in self.controller.commit_all(batch.committables)}
+            commit_s = time.perf_counter() - start
         if outcomes != {"COMMITTED"}:
             raise SystemExit(f"{topic}: commit outcomes {outcomes}")
         if side == DEFAULTS:
             self.counts = list(batch.partition_rows)
+        if side == ALIGNED and batch.metadata.get("partitioning") != "kafka-aligned":
+            raise SystemExit(f"{topic}: not aligned: {batch.metadata.get('partitioning')}")
         parts = {
             "write job": spark_phases(self.spark, before).get("write", float("nan")),
             "commit": commit_s,
@@ -198,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     with Cluster.from_args(args, data_dir=WORK_DIR / "kafka") as cluster:
         bench = Levers(args, cluster)
         bench.data.parquet(args.partitions)
-        if ALIGNED in args.levers:
-            bench.aligned_source(args.partitions)
         bench.spark, jvm = start_spark(args.driver_memory)
         try:
             print(

@@ -93,11 +93,13 @@ FLINK_JARS = (
 KAFKA_TOOLS = "org.apache.kafka:kafka-tools:4.3.1"
 
 KAFKA2PC = "kafka2pc"
+KAFKA2PC_ALIGNED = "kafka2pc aligned"
 SPARK_SINK = "Spark Kafka sink"
 FLINK_SINK = "Flink KafkaSink"
 PRODUCER_PERF = "ProducerPerformance"
 GUARANTEES = {
     KAFKA2PC: "exactly once: spark-submit prepare + kafka2pc commit",
+    KAFKA2PC_ALIGNED: "the same with --align-with-kafka (each transaction owns its partitions)",
     SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
     FLINK_SINK: "exactly once: PyFlink SQL, BATCH, exactly-once sink",
     PRODUCER_PERF: "one transaction, keyless random payload: the broker's ceiling",
@@ -187,7 +189,10 @@ class Peers:
             )
 
     def sides(self) -> dict[str, Side]:
-        sides: dict[str, Side] = {KAFKA2PC: self.kafka2pc}
+        sides: dict[str, Side] = {
+            KAFKA2PC: self.kafka2pc,
+            KAFKA2PC_ALIGNED: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_ALIGNED),
+        }
         available = {
             SPARK_SINK: self.spark_sink,
             FLINK_SINK: self.flink,
@@ -209,14 +214,14 @@ class Peers:
         return dataclasses.replace(expected, **overrides)
 
     def _files(self, rnd: Round, side: str) -> Path:
-        path = self.work / f"{rnd.label}-{side.split()[0].lower()}"
+        path = self.work / f"{rnd.label}-{side.replace(' ', '-').lower()}"
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         return path
 
-    def kafka2pc(self, rnd: Round) -> Run:
-        data, files = self._dataset(rnd), self._files(rnd, KAFKA2PC)
-        topic = self.cluster.topic(f"{rnd.label}-kafka2pc", self.args.partitions)
+    def kafka2pc(self, rnd: Round, side: str = KAFKA2PC) -> Run:
+        data, files = self._dataset(rnd), self._files(rnd, side)
+        topic = self.cluster.topic(f"{rnd.label}-{side.replace(' ', '-')}", self.args.partitions)
         ids = [f"{topic}-{i}" for i in range(self.args.partitions)]
         manifest = files / "manifest.json"
         events = files / "events"
@@ -230,6 +235,7 @@ class Peers:
                     *("--bootstrap-servers", self.cluster.servers),
                     *("--transactional-ids", ",".join(ids), "--job-label", topic),
                     *("--manifest", str(manifest)),
+                    *(["--align-with-kafka"] if side == KAFKA2PC_ALIGNED else []),
                 ],
                 master=self.master,
                 conf=event_log_conf(events),
@@ -253,6 +259,8 @@ class Peers:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
         batch = Manifest.from_json(manifest.read_text())
         meta = batch.metadata
+        if side == KAFKA2PC_ALIGNED and meta.get("partitioning") != "kafka-aligned":
+            raise SystemExit(f"{topic}: not aligned: {meta.get('partitioning')}")
         parts = {
             "spark-submit (prepare)": (prepared_ms - started) / 1000,
             "in it: prepare_dataframe": (meta["finished_ms"] - meta["started_ms"]) / 1000,
@@ -260,7 +268,7 @@ class Peers:
             **timeline(events, started, prepared_ms),
         }
         expected = self._expected(data, committables=batch.committables)
-        return checked(self.cluster, KAFKA2PC, meter, topic, expected, parts=parts)
+        return checked(self.cluster, side, meter, topic, expected, parts=parts)
 
     def spark_sink(self, rnd: Round) -> Run:
         data, files = self._dataset(rnd), self._files(rnd, SPARK_SINK)
@@ -349,7 +357,7 @@ class Peers:
 
 
 def main(argv: list[str] | None = None) -> int:
-    systems = [KAFKA2PC, SPARK_SINK, FLINK_SINK, PRODUCER_PERF]
+    systems = [KAFKA2PC, KAFKA2PC_ALIGNED, SPARK_SINK, FLINK_SINK, PRODUCER_PERF]
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=8, help="Kafka = Spark partitions")
@@ -390,7 +398,11 @@ def main(argv: list[str] | None = None) -> int:
 
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
-    pairs = [(KAFKA2PC, peer) for peer in results.sides if peer != KAFKA2PC]
+    ours = [s for s in (KAFKA2PC, KAFKA2PC_ALIGNED) if s in results.sides]
+    peers = [s for s in results.sides if s not in ours]
+    pairs = [(a, b) for a in ours for b in peers]
+    if len(ours) == 2:
+        pairs.insert(0, (KAFKA2PC_ALIGNED, KAFKA2PC))
     legend = [f"{side}: {GUARANTEES[side]}" for side in results.sides]
     title = f"{args.rows:,} rows, {args.partitions} partitions, {bench.master}"
     ok = print_results(results, title, pairs, legend=legend) and same

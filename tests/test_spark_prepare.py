@@ -23,6 +23,7 @@ from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
+from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
 
 from .conftest import assert_exactly_once, audit, cli, unique_id
 from .spark_support import PYTHON_ENV, QUIET_CONF, standalone_cluster
@@ -119,6 +120,91 @@ def test_membership_is_stable_across_recomputation(
     assert_exactly_once(
         protocol, bootstrap, topic, *aborted, committed=0, aborted=2 * ROWS + 2 * 5000
     )
+
+
+def test_kafka_aligned_partitions_each_own_their_kafka_partitions(
+    spark, settings, bootstrap, protocol, make_topic
+):
+    """With align_with_kafka, transaction i writes only the Kafka partitions p = i mod N
+    (fewer, fuller batches), each key still lands where Java puts it, membership survives
+    recomputation, and null keys (allowed here) fall back to the row's hash."""
+    topic = make_topic(8)
+    keyed = source(spark).selectExpr(
+        "CASE WHEN id % 10 = 0 THEN NULL ELSE id END AS k", "customer", "amount"
+    )
+
+    def prepare(df):
+        return prepare_dataframe(
+            df,
+            topic=topic,
+            transactional_ids=ids(4),
+            producer_config=settings,
+            key_column="k",
+            require_keys=False,
+            align_with_kafka=True,
+        )
+
+    batch, again = prepare(keyed), prepare(keyed.orderBy("amount"))
+    assert batch.metadata["partitioning"] == "kafka-aligned"
+    assert batch.partition_rows == again.partition_rows
+    nulls = ROWS // 10  # keyless records go wherever librdkafka puts them
+    for i, committable in enumerate(batch.committables):
+        others = [p for p in committable.partitions if p.partition % 4 != i]
+        assert sum(p.record_count for p in others) <= nulls, (i, committable.partitions)
+        assert sum(p.record_count for p in committable.partitions if p.partition % 4 == i) > 0
+    assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
+    aborted = TransactionController(protocol).abort_all(again.committables)
+    assert {r.outcome for r in aborted} == {Outcome.ABORTED}
+    _, seen = assert_exactly_once(
+        protocol,
+        bootstrap,
+        topic,
+        *batch.committables,
+        *again.committables,
+        committed=ROWS,
+        aborted=ROWS,
+        keys_unique=False,  # the null keys
+    )
+    assert seen.keys[None] == nulls
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_id(),
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(8)])
+    placed, deadline = 0, time.monotonic() + 60
+    while placed < ROWS - nulls and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.5):
+            if not message.error() and message.key() is not None:
+                assert message.partition() == partition_for_key(message.key(), 8)
+                placed += 1
+    consumer.close()
+    assert placed == ROWS - nulls
+
+
+def test_alignment_falls_back_to_hash_and_says_why(spark, settings, protocol, make_topic):
+    """A topic whose partitions are not a multiple of the Spark partitions, or no key."""
+    topic = make_topic(6)
+    batches = [
+        prepare_dataframe(
+            source(spark, 2000),
+            topic=topic,
+            transactional_ids=ids(4),
+            producer_config=settings,
+            key_column=key,
+            align_with_kafka=True,
+        )
+        for key in ("id", None)
+    ]
+    reasons = [b.metadata["partitioning"] for b in batches]
+    assert "not a multiple" in reasons[0] and "no key column" in reasons[1], reasons
+    aborted = TransactionController(protocol).abort_all(
+        [c for b in batches for c in b.committables]
+    )
+    assert {r.outcome for r in aborted} == {Outcome.ABORTED}
 
 
 def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_topic):

@@ -93,6 +93,10 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         while the job writes, and once when delivered (0: never). The lines are the executors':
         they reach this task's log when the executors run in the spark-submit process
         (``local[*]``), and the executors' logs otherwise.
+    :param align_with_kafka: each Spark partition owns the Kafka partitions ``p`` with
+        ``p mod num_partitions`` = its index, so each transaction writes fewer, fuller record
+        batches (needs a key column and a topic whose partitions are a multiple of
+        ``num_partitions``; otherwise the rows are partitioned by hash, as by default).
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
     """
 
@@ -126,6 +130,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         transaction_timeout_ms: int | None = None,
         manifest_dir: str | None = None,
         progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
+        align_with_kafka: bool = False,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
@@ -159,6 +164,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         )
         self.manifest_dir = manifest_dir
         self.progress_interval_s = progress_interval_s
+        self.align_with_kafka = align_with_kafka
 
     # -- the task -----------------------------------------------------------------------
 
@@ -381,6 +387,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             str(self.transaction_timeout_ms),
             "--progress-interval-s",
             str(self.progress_interval_s),
+            *(["--align-with-kafka"] if self.align_with_kafka else []),
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],

@@ -101,6 +101,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=defaults.PROGRESS_INTERVAL_S,
         help="each partition logs rows written at most this often, and once done (0: never)",
     )
+    parser.add_argument(
+        "--align-with-kafka",
+        action="store_true",
+        help="each Spark partition owns the Kafka partitions p with p mod N = its index",
+    )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
     parser.add_argument(
@@ -210,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 transaction_timeout_ms=args.transaction_timeout_ms,
                 job_label=args.job_label,
                 progress_interval_s=args.progress_interval_s,
+                align_with_kafka=args.align_with_kafka,
                 repair=prepare.Repair(args.only_partitions, args.expected_partition_rows)
                 if repair
                 else None,

@@ -5,7 +5,8 @@ Order of work, chosen so that a transaction is open only while its records are w
 
 1. validate everything that can be validated without Kafka transactions (columns,
    types, ids, topic, speculation);
-2. partition deterministically (a stable hash of the key, or of the whole row) so a
+2. partition deterministically (a stable hash of the key, or of the whole row; or, with
+   ``align_with_kafka``, the owner of the key's Kafka partition: :mod:`.alignment`) so a
    recomputed partition holds the same records, and encode key/value/headers in the JVM.
    A required key that is null fails this shuffle's map stage, which Spark finishes before
    any writing task starts: bad keys are refused before any transaction opens;
@@ -47,6 +48,7 @@ from ..transaction.manifest import Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
+from .alignment import Alignment, why_not_aligned
 from .partition_writer import (
     HEADER_PREFIX,
     KEY,
@@ -102,6 +104,7 @@ def prepare_dataframe(
     on_batch: ArrowBatchCallback | None = None,
     repair: Repair | None = None,
     progress_interval_s: float | None = None,
+    align_with_kafka: bool = False,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -122,6 +125,12 @@ def prepare_dataframe(
     :param progress_interval_s: each partition writes its rows written to its
         executor's stderr at most this often, and once when delivered
         (:class:`~.progress.PartitionProgress`); None or 0: no progress lines.
+    :param align_with_kafka: partition the rows so that each Spark partition owns the Kafka
+        partitions ``p`` with ``p mod N`` = its index (:mod:`.alignment`): fewer, fuller
+        record batches and markers. Used when the export has a key column, the murmur2
+        partitioner and a topic whose partitions are a multiple of N; otherwise the rows
+        are partitioned by hash and the manifest says why. A loss repair must use the
+        same setting (the operator passes it to both).
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -143,10 +152,26 @@ def prepare_dataframe(
     job_label = job_label or uuid.uuid4().hex
     started = time.time()
     keys_required = require_keys if require_keys is not None else key_column is not None
+    alignment, partitioning = None, "hash"
+    if align_with_kafka:  # needs the topic's partitions before the plan
+        kafka_partitions = _check_topic(producer_config, topic)
+        why = why_not_aligned(kafka_partitions, len(ids), key_column, producer_config)
+        if why is None:
+            alignment, partitioning = Alignment(kafka_partitions, len(ids)), "kafka-aligned"
+        else:
+            partitioning = f"hash (not aligned with Kafka: {why})"
+            log.warning("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why)
     prepared = partitioned_input(
-        df, len(ids), key_column, value_column, header_columns, require_keys=keys_required
+        df,
+        len(ids),
+        key_column,
+        value_column,
+        header_columns,
+        require_keys=keys_required,
+        alignment=alignment,
     )
-    _check_topic(producer_config, topic)
+    if not align_with_kafka:
+        _check_topic(producer_config, topic)
     writer = partition_writer(
         ids,
         producer_config,
@@ -202,6 +227,7 @@ def prepare_dataframe(
             "started_ms": int(started * 1000),
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},
+            "partitioning": partitioning,
             **partial,
         },
     )
@@ -320,15 +346,22 @@ def partitioned_input(
     header_columns: Sequence[str] = (),
     *,
     require_keys: bool = False,
+    alignment: Alignment | None = None,
 ) -> DataFrame:
     """``df`` as the writers see it: binary key/value/header columns in ``partitions``.
 
     Membership survives recomputation: hash partitioning of the binary key (or of the
-    row's JSON) is a pure function of the row, unlike round-robin. With ``require_keys``,
-    a null key fails the job in the shuffle's map stage (message :data:`NULL_KEY_MARK`).
+    row's JSON) is a pure function of the row, unlike round-robin; so is ``alignment``'s
+    owner of the key's Kafka partition (a null key falls back to the row's hash). With
+    ``require_keys``, a null key fails the job in the shuffle's map stage (message
+    :data:`NULL_KEY_MARK`).
     """
     encoded = _encode(df, key_column, value_column, header_columns, require_keys)
-    by = F.col(KEY) if key_column else F.to_json(F.struct(*[F.col(c) for c in df.columns]))
+    row_hash = F.to_json(F.struct(*[F.col(c) for c in df.columns]))
+    by = F.col(KEY) if key_column else row_hash
+    if alignment is not None and key_column is not None:
+        owner = alignment.owner_column(F.col(KEY))
+        by = F.when(F.col(KEY).isNull(), F.hash(row_hash)).otherwise(owner)
     return (
         df.select(*encoded, by.alias(_PARTITION_BY))
         .repartition(partitions, F.col(_PARTITION_BY))
@@ -395,11 +428,12 @@ def _as_binary(column: Column, data_type: T.DataType) -> Column:
     return column if isinstance(data_type, T.BinaryType) else column.cast("string").cast("binary")
 
 
-def _check_topic(producer_config: Mapping[str, Any], topic: str) -> None:
+def _check_topic(producer_config: Mapping[str, Any], topic: str) -> int:
+    """The topic's number of partitions; a clear error when it cannot be used."""
     check_tls(producer_config)  # a TLS problem named before any executor writes
     with KafkaProtocol(producer_config) as protocol:
         try:
-            protocol.partition_leaders(topic)
+            return len(protocol.partition_leaders(topic))
         except ProtocolError as exc:
             refused = authorization_error(
                 exc, producer_config, f"use topic {topic!r}", topics=[topic]
