@@ -2,7 +2,9 @@
 spark-submit output that ``SparkSubmitOperator`` copies into the log (Spark ``local[2]``).
 
 The interval is tiny here so that every Arrow batch (10,000 rows) writes a line; that lines
-come at most once per interval is ``tests/unit/spark/test_progress.py``'s."""
+come at most once per interval is ``tests/unit/spark/test_progress.py``'s. The same run
+passes ``align_with_kafka`` through the operator to the job: each of its two transactions
+then writes one Kafka partition of two, so the log holds two commit markers, not four."""
 
 from __future__ import annotations
 
@@ -21,7 +23,11 @@ def test_prepare_logs_rows_written_per_partition_then_done(
     export_dag, run_export, make_topic, protocol, bootstrap, capfd
 ):
     topic = make_topic(2)
-    dag = export_dag(topic=topic, rows=ROWS, prepare_kwargs={"progress_interval_s": 0.001})
+    dag = export_dag(
+        topic=topic,
+        rows=ROWS,
+        prepare_kwargs={"progress_interval_s": 0.001, "align_with_kafka": True},
+    )
 
     result = run_export(dag, day=3)
 
@@ -39,4 +45,5 @@ def test_prepare_logs_rows_written_per_partition_then_done(
         counts = [rows for rows, _ in lines[:-1]]
         assert len(counts) >= 2 and counts == sorted(set(counts)), lines  # rising, batch by batch
         assert lines[-1] == (expected[partition], True), lines  # the last line: done, all rows
-    assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=0)
+    report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=0)
+    assert [p.commit_markers for p in report.partitions.values()] == [1, 1], report.partitions
