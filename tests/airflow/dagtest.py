@@ -25,6 +25,28 @@ START = datetime(2026, 11, 1, tzinfo=UTC)
 DAY_KEYS = 100_000
 
 
+#: How a child process (``python -m tests.airflow.dagtest``, ``tests.faults.child``) reports.
+RESULT_PREFIX = "RESULT "
+
+
+def print_result(payload: Mapping[str, Any]) -> None:
+    """One write and a flush, so no log line of another thread lands between the result
+    and its newline."""
+    sys.stdout.write(f"{RESULT_PREFIX}{json.dumps(payload, default=str)}\n")
+    sys.stdout.flush()
+
+
+def result_in(output: str) -> dict[str, Any] | None:
+    """The last result a child printed, or None. Only the JSON value is read: a log line
+    written onto the same line after it (seen under load, from the OpenLineage client's
+    thread at exit) is not part of it."""
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
+    if not lines:
+        return None
+    value, _ = json.JSONDecoder().raw_decode(lines[-1], len(RESULT_PREFIX))
+    return value
+
+
 def kafka_connection_env(
     settings: Mapping[str, Any], conn_id: str = KAFKA_CONN_ID
 ) -> dict[str, str]:
@@ -241,7 +263,7 @@ def main(argv: list[str]) -> int:
     dag = export_dag(spec.pop("dag_id"), **spec)
     result = run(dag, day)
     payload = {**result.to_dict(), "prepared": result.xcom("prepare")}
-    print("RESULT " + json.dumps(payload), flush=True)
+    print_result(payload)
     return 0
 
 

@@ -48,9 +48,9 @@ def test_two_intervals_run_concurrently_with_disjoint_ids_both_exactly_once(
     outputs = [child.communicate(timeout=400)[0] for child in children]
     results = []
     for child, out in zip(children, outputs, strict=True):
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        assert child.returncode == 0 and lines, out[-3000:]
-        results.append(json.loads(lines[-1].removeprefix("RESULT ")))
+        result = dagtest.result_in(out)
+        assert child.returncode == 0 and result is not None, out[-3000:]
+        results.append(result)
 
     assert [r["state"] for r in results] == ["success", "success"], results
     export_id = f"{dag_id}.{dagtest.GROUP_ID}"

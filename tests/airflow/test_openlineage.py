@@ -54,9 +54,9 @@ def run_child(tmp_path: Path, name: str, spec: dict[str, Any]) -> subprocess.Pop
 
 def finish(child: subprocess.Popen) -> dict[str, Any]:
     out = child.communicate(timeout=500)[0]
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and lines, out[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    result = dagtest.result_in(out)
+    assert child.returncode == 0 and result is not None, out[-3000:]
+    return result
 
 
 def events(path: Path) -> list[dict[str, Any]]:

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         "committed": result.xcom("commit"),
         "aborted": result.xcom("abort", key="abort"),
     }
-    print("RESULT " + json.dumps(payload, default=str), flush=True)
+    dagtest.print_result(payload)
     return 0
 
 

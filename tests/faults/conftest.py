@@ -86,8 +86,7 @@ class Child:
                 f"export run still going after {timeout_s} s: {self.log}"
             ) from None
         output = self.log.read_text(errors="replace")
-        lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-        result = json.loads(lines[-1].removeprefix("RESULT ")) if lines else None
+        result = dagtest.result_in(output)
         return ExportRun(self.process.returncode, result, output)
 
 
