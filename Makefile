@@ -55,7 +55,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests/unit
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=40 --ignore=tests/unit
+	$(BIN)/python -m pytest -n 2 --dist load --durations=40 --ignore=tests/unit
 	# The same provider on the oldest Airflow it supports: its own venv, its Airflow tests.
 	$(MAKE) test-airflow-oldest
 

@@ -48,20 +48,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
-#: Test files whose session fixtures are worth sharing run on one pytest-xdist worker.
-_SHARED_WORKER = {"tests/cluster/": "three-node cluster"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (``make test``), each test file runs whole on
-    one worker, so its module fixtures (a DAG rig, a Spark session) are built once; the
-    cluster tests share a worker, so one three-node cluster serves them all."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = next((g for prefix, g in _SHARED_WORKER.items() if path.startswith(prefix)), path)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 class BrokerPool:
     """Starts each version's broker on first use and stops them all at the end."""
 
