@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     WORK_DIR.mkdir(parents=True, exist_ok=True)
     with Cluster.from_args(args, data_dir=WORK_DIR / "kafka") as cluster:
         bench = Levers(args, cluster)
-        bench.data.parquet(args.partitions)
+        bench.data.read_through(args.partitions)  # written if missing, then read once
         bench.spark, jvm = start_spark(args.driver_memory)
         try:
             print(

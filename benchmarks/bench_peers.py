@@ -94,12 +94,15 @@ KAFKA_TOOLS = "org.apache.kafka:kafka-tools:4.3.1"
 
 KAFKA2PC = "kafka2pc"
 KAFKA2PC_ALIGNED = "kafka2pc aligned"
+KAFKA2PC_UNSHUFFLED = "kafka2pc no shuffle"
 SPARK_SINK = "Spark Kafka sink"
 FLINK_SINK = "Flink KafkaSink"
 PRODUCER_PERF = "ProducerPerformance"
 GUARANTEES = {
     KAFKA2PC: "exactly once: spark-submit prepare + kafka2pc commit",
     KAFKA2PC_ALIGNED: "the same with --align-with-kafka (each transaction owns its partitions)",
+    KAFKA2PC_UNSHUFFLED: "a lever measured, not shipped: one transaction per source split "
+    "(peer_apps/kafka2pc_unshuffled.py)",
     SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
     FLINK_SINK: "exactly once: PyFlink SQL, BATCH, exactly-once sink",
     PRODUCER_PERF: "one transaction, keyless random payload: the broker's ceiling",
@@ -187,11 +190,13 @@ class Peers:
                 f"{dataset.parquet(self.args.partitions)} ({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
+        self.full.read_through(self.args.partitions)  # in the page cache before round 1
 
     def sides(self) -> dict[str, Side]:
         sides: dict[str, Side] = {
             KAFKA2PC: self.kafka2pc,
             KAFKA2PC_ALIGNED: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_ALIGNED),
+            KAFKA2PC_UNSHUFFLED: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_UNSHUFFLED),
         }
         available = {
             SPARK_SINK: self.spark_sink,
@@ -225,22 +230,27 @@ class Peers:
         ids = [f"{topic}-{i}" for i in range(self.args.partitions)]
         manifest = files / "manifest.json"
         events = files / "events"
+        arguments = [
+            *("--source-path", str(data.parquet(self.args.partitions))),
+            *("--source-format", "parquet", "--key-column", "key"),
+            *("--value-column", "value", "--topic", topic),
+            *("--bootstrap-servers", self.cluster.servers),
+            *("--transactional-ids", ",".join(ids), "--job-label", topic),
+            *("--manifest", str(manifest)),
+            *(["--align-with-kafka"] if side == KAFKA2PC_ALIGNED else []),
+        ]
+        submit = dict(master=self.master, conf=event_log_conf(events))
         with measure(self.cluster.broker_pid) as meter:
             started = now_ms()
-            submitted = submit_prepare(
-                [
-                    *("--source-path", str(data.parquet(self.args.partitions))),
-                    *("--source-format", "parquet", "--key-column", "key"),
-                    *("--value-column", "value", "--topic", topic),
-                    *("--bootstrap-servers", self.cluster.servers),
-                    *("--transactional-ids", ",".join(ids), "--job-label", topic),
-                    *("--manifest", str(manifest)),
-                    *(["--align-with-kafka"] if side == KAFKA2PC_ALIGNED else []),
-                ],
-                master=self.master,
-                conf=event_log_conf(events),
-                log_path=files / "spark-submit.log",
-            )
+            if side == KAFKA2PC_UNSHUFFLED:  # the same settings, another application
+                submitted = spark_submit(
+                    str(APPS / "kafka2pc_unshuffled.py"),
+                    arguments,
+                    **submit,
+                    log_path=files / "spark-submit.log",
+                )
+            else:
+                submitted = submit_prepare(arguments, **submit, log_path=files / "spark-submit.log")
             prepared_ms = now_ms()
             if submitted.returncode != 0:
                 summary = submitted.stdout.strip().splitlines()[-1:] or ["no output"]
@@ -357,7 +367,14 @@ class Peers:
 
 
 def main(argv: list[str] | None = None) -> int:
-    systems = [KAFKA2PC, KAFKA2PC_ALIGNED, SPARK_SINK, FLINK_SINK, PRODUCER_PERF]
+    systems = [
+        KAFKA2PC,
+        KAFKA2PC_ALIGNED,
+        KAFKA2PC_UNSHUFFLED,
+        SPARK_SINK,
+        FLINK_SINK,
+        PRODUCER_PERF,
+    ]
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=8, help="Kafka = Spark partitions")
@@ -398,11 +415,11 @@ def main(argv: list[str] | None = None) -> int:
 
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
-    ours = [s for s in (KAFKA2PC, KAFKA2PC_ALIGNED) if s in results.sides]
+    ours = [s for s in (KAFKA2PC, KAFKA2PC_ALIGNED, KAFKA2PC_UNSHUFFLED) if s in results.sides]
     peers = [s for s in results.sides if s not in ours]
     pairs = [(a, b) for a in ours for b in peers]
-    if len(ours) == 2:
-        pairs.insert(0, (KAFKA2PC_ALIGNED, KAFKA2PC))
+    if KAFKA2PC in ours:
+        pairs[:0] = [(variant, KAFKA2PC) for variant in ours if variant != KAFKA2PC]
     legend = [f"{side}: {GUARANTEES[side]}" for side in results.sides]
     title = f"{args.rows:,} rows, {args.partitions} partitions, {bench.master}"
     ok = print_results(results, title, pairs, legend=legend) and same

@@ -2,7 +2,9 @@
 
 Why: the machine is shared and noisy. Running A B C, then B C A, then C A B ... puts every
 side under the same drift and never always first (cold caches) or last; the warm-up pays
-the first-time costs (page cache, broker JIT, class loading) outside the figures. Each run
+the first-time costs (broker JIT, class loading) outside the figures. The warm-up reads a
+smaller dataset, so the benchmarks read the measured one through the page cache before
+round 1 (:meth:`.data.Dataset.read_through`). Each run
 is verified as soon as it ends, and no time is printed until every run was.
 """
 
