@@ -4,8 +4,8 @@ Why: the machine is shared and noisy. Running A B C, then B C A, then C A B ... 
 side under the same drift and never always first (cold caches) or last; the warm-up pays
 the first-time costs (broker JIT, class loading) outside the figures. The warm-up reads a
 smaller dataset, so the benchmarks read the measured one through the page cache before
-round 1 (:meth:`.data.Dataset.read_through`). Each run
-is verified as soon as it ends, and no time is printed until every run was.
+round 1 (:meth:`.data.Dataset.read_through`). Each run is verified as soon as it ends,
+and no time is printed until every run was.
 """
 
 from __future__ import annotations
