@@ -46,7 +46,12 @@ def unshuffled_input(
 
 
 def prepare_unshuffled(df: DataFrame, *, transactional_ids: Sequence[str], **kw: Any) -> Manifest:
-    """One transaction per source partition: as many of the ids as the source has splits."""
+    """One transaction per source split: as many of the ids as the source has splits.
+
+    Spark sizes file splits as the input divided by ``spark.sql.files.minPartitionNum``
+    (default: the cores), so ``local[2]`` reads 8 small files as 2-3 splits; asking for one
+    per id gives the writers the export's parallelism, as the shuffle does."""
+    df.sparkSession.conf.set("spark.sql.files.minPartitionNum", str(len(transactional_ids)))
     splits = df.rdd.getNumPartitions()
     return _shipped(df, transactional_ids=list(transactional_ids)[:splits], **kw)
 
