@@ -157,3 +157,18 @@ class Cluster:
                 print(f"  note: could not delete topic {topic}: {exc}", file=sys.stderr)
             with contextlib.suppress(ValueError):
                 self._topics.remove(topic)
+        self._wait_until_gone(topics)
+
+    def _wait_until_gone(self, topics: list[str], timeout_s: float = 60.0) -> None:
+        """Until the local broker has removed the topics' files: the removal then costs no
+        later run any broker CPU (an external cluster's disk cannot be seen: no wait)."""
+        if self._broker is None:
+            return
+        logs = self._broker.data_dir / "data"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            left = [d for d in logs.iterdir() if any(d.name.startswith(t + "-") for t in topics)]
+            if not left:
+                return
+            time.sleep(0.1)
+        print(f"  note: {len(left)} directories of deleted topics still on disk", file=sys.stderr)

@@ -14,6 +14,9 @@ from collections.abc import Callable, Sequence
 from .rounds import Results, Run
 
 Say = Callable[[str], None]
+#: What every ratio table shows: wall, CPU of the side's processes, the broker's whole CPU,
+#: and the part of it in the threads that serve requests (the rest runs when idle too).
+METRICS = ("seconds", "cpu", "broker_cpu", "broker_requests_cpu")
 
 
 def median(values: Sequence[float]) -> float:
@@ -52,9 +55,10 @@ def machine_line(results: Results | None = None) -> str:
 
 
 def print_runs(results: Results, say: Say = print) -> None:
-    """Per side: medians of wall time, rate, CPU and broker CPU, then every round's wall."""
+    """Per side: medians of wall time, rate, CPU and broker CPU (all, and in its request
+    threads), then every round's wall."""
     rounds = max(len(v) for v in results.runs.values())
-    headers = ["side", "wall s", "rec/s", "CPU s", "broker CPU s"]
+    headers = ["side", "wall s", "rec/s", "CPU s", "broker CPU s", "in requests"]
     headers += [f"r{i + 1} wall s" for i in range(rounds)]
     rows = []
     for side in results.sides:
@@ -66,6 +70,7 @@ def print_runs(results: Results, say: Say = print) -> None:
                 fmt(median([r.rate for r in runs]), ",.0f"),
                 fmt(median([r.cpu for r in runs]), ".1f"),
                 fmt(median([r.metric("broker_cpu") for r in runs]), ".1f"),
+                fmt(median([r.metric("broker_requests_cpu") for r in runs]), ".1f"),
                 *[fmt(r.seconds) for r in runs],
             ]
         )
@@ -98,6 +103,13 @@ def print_parts(results: Results, sides: Sequence[str] | None = None, say: Say =
                 for g in peaks
             )
             say(f"    largest process's peak RSS MiB: {rss}")
+        kinds = list(dict.fromkeys(k for r in runs for k in r.meter.broker_threads))
+        if kinds:
+            cpu = ", ".join(
+                f"{k} {fmt(median([r.meter.broker_threads.get(k, 0.0) for r in runs]), '.1f')}"
+                for k in kinds
+            )
+            say(f"    broker CPU s by thread: {cpu}")
 
 
 def ratios(results: Results, a: str, b: str, metric: str = "seconds") -> list[float]:
@@ -111,11 +123,17 @@ def ratios(results: Results, a: str, b: str, metric: str = "seconds") -> list[fl
 def print_ratios(
     results: Results,
     pairs: Sequence[tuple[str, str]],
-    metrics: Sequence[str] = ("seconds", "cpu", "broker_cpu"),
+    metrics: Sequence[str] = METRICS,
     say: Say = print,
 ) -> None:
     """One row per pair and metric: the median of the per-round ratios, then each round's."""
-    labels = {"seconds": "wall", "cpu": "CPU", "broker_cpu": "broker CPU", "rate": "rec/s"}
+    labels = {
+        "seconds": "wall",
+        "cpu": "CPU",
+        "broker_cpu": "broker CPU",
+        "broker_requests_cpu": "broker request CPU",
+        "rate": "rec/s",
+    }
     rows = []
     for a, b in pairs:
         for metric in metrics:
@@ -155,7 +173,7 @@ def print_results(
     results: Results,
     title: str,
     pairs: Sequence[tuple[str, str]] = (),
-    metrics: Sequence[str] = ("seconds", "cpu", "broker_cpu"),
+    metrics: Sequence[str] = METRICS,
     *,
     legend: Sequence[str] = (),
     verification: bool = True,

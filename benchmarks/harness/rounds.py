@@ -58,6 +58,11 @@ class Run:
         return self.meter.broker_cpu
 
     @property
+    def broker_requests_cpu(self) -> float | None:
+        """The broker's CPU in its network and request-handler threads (None: not seen)."""
+        return self.meter.broker_threads.get("requests")
+
+    @property
     def rate(self) -> float:
         return self.rows / self.seconds if self.seconds > 0 else float("nan")
 
