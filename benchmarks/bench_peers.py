@@ -8,6 +8,9 @@ partitions, run as its user would run it:
 - kafka2pc: spark-submit of the package's prepare application (``local[--cores]``,
   ``--partitions`` Spark partitions = transactions, keyed by ``key``), then ``kafka2pc
   commit`` of its manifest. Exactly once.
+- kafka2pc with ``--align-with-kafka`` (the shipped option), and "kafka2pc no shuffle": a lever
+  measured, not shipped (``peer_apps/kafka2pc_unshuffled.py``: the same application with the
+  rows left in the source's own splits, one transaction per split).
 - Spark's Kafka sink: spark-submit of ``peer_apps/spark_sink.py``, ``df.write.format("kafka")``
   with ``org.apache.spark:spark-sql-kafka-0-10_2.13`` (resolved once by spark-submit
   ``--packages``, then passed as ``--jars`` so no run pays the resolution). At least once.
@@ -239,18 +242,17 @@ class Peers:
             *("--manifest", str(manifest)),
             *(["--align-with-kafka"] if side == KAFKA2PC_ALIGNED else []),
         ]
-        submit = dict(master=self.master, conf=event_log_conf(events))
+        submit = {
+            "master": self.master,
+            "conf": event_log_conf(events),
+            "log_path": files / "spark-submit.log",
+        }
         with measure(self.cluster.broker_pid) as meter:
             started = now_ms()
             if side == KAFKA2PC_UNSHUFFLED:  # the same settings, another application
-                submitted = spark_submit(
-                    str(APPS / "kafka2pc_unshuffled.py"),
-                    arguments,
-                    **submit,
-                    log_path=files / "spark-submit.log",
-                )
+                submitted = spark_submit(str(APPS / "kafka2pc_unshuffled.py"), arguments, **submit)
             else:
-                submitted = submit_prepare(arguments, **submit, log_path=files / "spark-submit.log")
+                submitted = submit_prepare(arguments, **submit)
             prepared_ms = now_ms()
             if submitted.returncode != 0:
                 summary = submitted.stdout.strip().splitlines()[-1:] or ["no output"]
