@@ -78,38 +78,35 @@ def print_runs(results: Results, say: Say = print) -> None:
 
 
 def print_parts(results: Results, sides: Sequence[str] | None = None, say: Say = print) -> None:
-    """Per side: the median of each named phase, of CPU by process group, and of the
-    largest peak resident memory of one process in each group."""
+    """Per side: the median of each named phase, of CPU by process group, of the largest
+    peak resident memory of one process in each group, and of the broker's CPU by kind of
+    thread."""
     for side in sides or results.sides:
         runs = results.runs[side]
         names = list(dict.fromkeys(name for r in runs for name in r.parts))
-        groups = list(dict.fromkeys(g for r in runs for g in r.meter.cpu_groups))
         if names:
             phases = ", ".join(
                 f"{n} {fmt(median([r.parts.get(n, float('nan')) for r in runs]))}" for n in names
             )
             say(f"  {side}: {phases} (s, medians)")
-        if groups:
-            cpu = ", ".join(
-                f"{g} {fmt(median([r.meter.cpu_groups.get(g, 0.0) for r in runs]), '.1f')}"
-                for g in groups
-            )
+        cpu = _medians(runs, lambda r: r.meter.cpu_groups, ".1f")
+        if cpu:
             label = "CPU s by process" if names else f"{side}: CPU s by process"
             say(f"    {label}: {cpu}")
-        peaks = list(dict.fromkeys(g for r in runs for g in r.meter.peak_rss_mib))
-        if peaks:
-            rss = ", ".join(
-                f"{g} {fmt(median([r.meter.peak_rss_mib.get(g, 0.0) for r in runs]), '.0f')}"
-                for g in peaks
-            )
+        rss = _medians(runs, lambda r: r.meter.peak_rss_mib, ".0f")
+        if rss:
             say(f"    largest process's peak RSS MiB: {rss}")
-        kinds = list(dict.fromkeys(k for r in runs for k in r.meter.broker_threads))
-        if kinds:
-            cpu = ", ".join(
-                f"{k} {fmt(median([r.meter.broker_threads.get(k, 0.0) for r in runs]), '.1f')}"
-                for k in kinds
-            )
-            say(f"    broker CPU s by thread: {cpu}")
+        threads = _medians(runs, lambda r: r.meter.broker_threads, ".1f")
+        if threads:
+            say(f"    broker CPU s by thread: {threads}")
+
+
+def _medians(runs: Sequence[Run], values: Callable[[Run], dict[str, float]], spec: str) -> str:
+    """``"name median, ..."`` over every name a run has (0 where a run lacks it)."""
+    names = list(dict.fromkeys(name for r in runs for name in values(r)))
+    return ", ".join(
+        f"{name} {fmt(median([values(r).get(name, 0.0) for r in runs]), spec)}" for name in names
+    )
 
 
 def ratios(results: Results, a: str, b: str, metric: str = "seconds") -> list[float]:
