@@ -31,17 +31,12 @@ _shipped = package_prepare.prepare_dataframe
 
 
 def unshuffled_input(
-    df: DataFrame,
-    partitions: int,
-    key_column: str | None = None,
-    value_column: str | None = None,
-    header_columns: Sequence[str] = (),
-    *,
-    require_keys: bool = False,
-    alignment: Any = None,
+    df: DataFrame, partitions: int, *columns: Any, require_keys: bool = False, **_: Any
 ) -> DataFrame:
-    """The source's own partitions, at most ``partitions`` of them (coalesce: no shuffle)."""
-    encoded = package_prepare._encode(df, key_column, value_column, header_columns, require_keys)
+    """In place of ``prepare.partitioned_input`` (called the same way: the key, value and
+    header columns, then the options): the rows encoded as the package encodes them, in the
+    source's own partitions, at most ``partitions`` of them (coalesce: no shuffle)."""
+    encoded = package_prepare._encode(df, *columns, require_keys)
     return df.select(*encoded).coalesce(partitions)
 
 
