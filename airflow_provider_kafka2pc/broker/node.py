@@ -253,6 +253,11 @@ class KafkaBroker:
         return self.data_dir / "broker.log"
 
     @property
+    def log_dirs(self) -> Path:
+        """Where the broker keeps its partitions (``log.dirs``) and its KRaft metadata."""
+        return self.data_dir / "data"
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
@@ -274,7 +279,7 @@ class KafkaBroker:
         self._pick_ports()
         properties = self._write_config()
         classpath = str(lib / "*")
-        if not (self.data_dir / "data" / "meta.properties").exists():
+        if not (self.log_dirs / "meta.properties").exists():
             self._format(classpath, properties)
         self._logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.data_dir / "stdout.log", "ab") as out:
@@ -439,7 +444,7 @@ class KafkaBroker:
                 "listeners": ",".join(listeners),
                 "advertised.listeners": ",".join(advertised),
                 "listener.security.protocol.map": ",".join(protocols),
-                "log.dirs": str(self.data_dir / "data"),
+                "log.dirs": str(self.log_dirs),
             }
         )
         config.update(self._config)

@@ -164,7 +164,7 @@ class Cluster:
         later run any broker CPU (an external cluster's disk cannot be seen: no wait)."""
         if self._broker is None:
             return
-        logs = self._broker.data_dir / "data"
+        logs = self._broker.log_dirs
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             left = [d for d in logs.iterdir() if any(d.name.startswith(t + "-") for t in topics)]

@@ -80,8 +80,13 @@ def _group(proc: _Proc, root: int) -> str:
 
 def process_cpu(pid: int) -> float | None:
     """CPU seconds one process has used so far (None when it is gone)."""
+    return _stat_cpu(f"/proc/{pid}/stat")
+
+
+def _stat_cpu(stat: str) -> float | None:
+    """User + system CPU seconds from a process's or a thread's ``stat`` file (None: gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / _TICK
@@ -110,11 +115,13 @@ def broker_threads(pid: int) -> dict[str, float]:
     for tid in tids:
         try:
             name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # the thread ended
+        cpu = _stat_cpu(f"/proc/{pid}/task/{tid}/stat")
+        if cpu is None:
+            continue  # the thread ended
         kind = next((k for k, prefixes in _BROKER_THREADS if name.startswith(prefixes)), "other")
-        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+        out[kind] = out.get(kind, 0.0) + cpu
     return out
 
 
