@@ -55,7 +55,9 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests/unit
-	$(BIN)/python -m pytest -n 2 --dist load --durations=40 --ignore=tests/unit
+	# Two workers; tests sharing a cluster, a secured broker or module fixtures share one
+	# (the groups: tests/conftest.py).
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=40 --ignore=tests/unit
 	# The same provider on the oldest Airflow it supports: its own venv, its Airflow tests.
 	$(MAKE) test-airflow-oldest
 

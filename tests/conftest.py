@@ -34,6 +34,48 @@ TEST_BROKER_CONFIG = {
 }
 
 
+#: Session fixtures that start servers of their own: the tests using one share a worker, so
+#: ``make test``'s two workers start it once, not twice.
+SHARED_SERVERS = ("cluster_session", "secure_broker")
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The pytest-xdist group keeping ``item`` with the tests it shares a costly fixture
+    with: a shared server's, else its module's when the module builds fixtures once (a
+    scheduler, a Spark session, a broker of its own)."""
+    for name in SHARED_SERVERS:
+        if name in item.fixturenames:
+            return name
+    module = item.nodeid.split("::")[0]
+    fixtures = getattr(item, "_fixtureinfo", None)  # pytest's only record of fixture scopes
+    for definitions in fixtures.name2fixturedefs.values() if fixtures else ():
+        for definition in definitions:
+            if definition.scope == "module" or (
+                definition.scope != "function" and definition.baseid == module
+            ):
+                return module
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse the pytest whose node ids pytest-xdist 3.8 cannot tag for ``--dist loadgroup``:
+    it silently stops grouping, so each worker would start a cluster and build module
+    fixtures twice, slowly but green (pytest-dev/pytest-xdist#1386)."""
+    if config.getoption("dist", "no") == "loadgroup" and pytest.version_tuple[:2] >= (9, 2):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup "
+            "(pytest-dev/pytest-xdist#1386): install the test extra again (pytest<9.2)"
+        )
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests marked ``kafka_versions(...)`` run once per version (a broker each)."""
     marker = metafunc.definition.get_closest_marker("kafka_versions")

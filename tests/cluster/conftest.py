@@ -25,7 +25,7 @@ from tests.cluster.support import create_transaction_state_log
 from tests.conftest import TEST_BROKER_CONFIG
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped after the last test here (one xdist group)
 def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster(
         DEFAULT_KAFKA_VERSION,
