@@ -6,14 +6,15 @@ digest of keys and values, per-partition counts where Java's murmur2 puts each k
 in-process Spark session of ``bench_spark_prepare`` (``local[2]``, ``--partitions`` Spark
 partitions = transactions = Kafka partitions), ``prepare_dataframe`` + ``commit_all`` with:
 
-- ``defaults``: the package as shipped (the input read once: shuffle, then write);
+- ``defaults``: the package as shipped (the input read once: shuffled by the owner of each
+  key's Kafka partition, then written: each Spark partition owns the Kafka partitions ``p``
+  with ``p mod partitions == its index``, so each transaction writes one Kafka partition and
+  its batches fill; the owner is computed in the JVM by the package's Java UDF);
 - ``count first``: the input cached and counted per partition before the write, as every
   prepare did until 2026-11-24 and a loss repair still does (run here as a repair of every
   partition, with the counts of the ``defaults`` side's manifest);
-- ``kafka-aligned``: ``align_with_kafka=True``: each Spark partition owns the Kafka
-  partitions ``p`` with ``p mod partitions == its index``, so each transaction writes one
-  Kafka partition and its batches fill; each key's Kafka partition is computed by the
-  package's vectorised murmur2 in an Arrow UDF over the key column, inside the timed run;
+- ``by hash``: ``align_with_kafka=False``: rows shuffled by Spark's hash of the key, so
+  every transaction writes every Kafka partition (the default until 2026-11-26);
 - ``linger 50 ms``: ``linger.ms=50`` (librdkafka's default is 5; ``batch.size`` is already
   1 MB against the Java producer's 16 KB);
 - ``lz4``: ``compression.type=lz4`` (the Java producers of Spark's and Flink's sinks send
@@ -61,7 +62,7 @@ SETTINGS = {
     "lz4": {"compression.type": "lz4"},
     "java batches": {"batch.size": 16384},
 }
-ALIGNED = "kafka-aligned"
+BY_HASH = "by hash"
 COUNT_FIRST = "count first"
 
 
@@ -86,7 +87,7 @@ class Levers(SparkPrepare):
                 key_column="key",
                 value_column="value",
                 repair=Repair(range(partitions), self.counts) if side == COUNT_FIRST else None,
-                align_with_kafka=side == ALIGNED,
+                align_with_kafka=side != BY_HASH,
             )
             start = time.perf_counter()
             outcomes = {r.outcome.value for r in self.controller.commit_all(batch.committables)}
@@ -95,8 +96,8 @@ class Levers(SparkPrepare):
             raise SystemExit(f"{topic}: commit outcomes {outcomes}")
         if side == DEFAULTS:
             self.counts = list(batch.partition_rows)
-        if side == ALIGNED and batch.metadata.get("partitioning") != "kafka-aligned":
-            raise SystemExit(f"{topic}: not aligned: {batch.metadata.get('partitioning')}")
+        if (batch.metadata.get("partitioning") == "kafka-aligned") == (side == BY_HASH):
+            raise SystemExit(f"{topic} ({side}): partitioned {batch.metadata['partitioning']!r}")
         parts = {
             "write job": spark_phases(self.spark, before).get("write", float("nan")),
             "commit": commit_s,
@@ -115,7 +116,7 @@ class Levers(SparkPrepare):
 
 
 def main(argv: list[str] | None = None) -> int:
-    levers = [DEFAULTS, COUNT_FIRST, ALIGNED, *SETTINGS]
+    levers = [DEFAULTS, COUNT_FIRST, BY_HASH, *SETTINGS]
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=8)

@@ -6,11 +6,12 @@ files (``--rows`` records: a 16-byte key and a JSON value of about 130 bytes, in
 partitions, run as its user would run it:
 
 - kafka2pc: spark-submit of the package's prepare application (``local[--cores]``,
-  ``--partitions`` Spark partitions = transactions, keyed by ``key``), then ``kafka2pc
-  commit`` of its manifest. Exactly once.
-- kafka2pc with ``--align-with-kafka`` (the shipped option), and "kafka2pc no shuffle": a lever
-  measured, not shipped (``peer_apps/kafka2pc_unshuffled.py``: the same application with the
-  rows left in the source's own splits, one transaction per split).
+  ``--partitions`` Spark partitions = transactions, keyed by ``key``, aligned with Kafka as by
+  default), then ``kafka2pc commit`` of its manifest. Exactly once.
+- "kafka2pc by hash", the same with ``--no-align-with-kafka`` (every transaction writes every
+  Kafka partition: the default until alignment ran in the JVM), and "kafka2pc no shuffle": a
+  lever measured, not shipped (``peer_apps/kafka2pc_unshuffled.py``: the same application
+  with the rows left in the source's own splits, one transaction per split).
 - Spark's Kafka sink: spark-submit of ``peer_apps/spark_sink.py``, ``df.write.format("kafka")``
   with ``org.apache.spark:spark-sql-kafka-0-10_2.13`` (resolved once by spark-submit
   ``--packages``, then passed as ``--jars`` so no run pays the resolution). At least once.
@@ -96,14 +97,14 @@ FLINK_JARS = (
 KAFKA_TOOLS = "org.apache.kafka:kafka-tools:4.3.1"
 
 KAFKA2PC = "kafka2pc"
-KAFKA2PC_ALIGNED = "kafka2pc aligned"
+KAFKA2PC_HASH = "kafka2pc by hash"
 KAFKA2PC_UNSHUFFLED = "kafka2pc no shuffle"
 SPARK_SINK = "Spark Kafka sink"
 FLINK_SINK = "Flink KafkaSink"
 PRODUCER_PERF = "ProducerPerformance"
 GUARANTEES = {
-    KAFKA2PC: "exactly once: spark-submit prepare + kafka2pc commit",
-    KAFKA2PC_ALIGNED: "the same with --align-with-kafka (each transaction owns its partitions)",
+    KAFKA2PC: "exactly once: spark-submit prepare (aligned with Kafka) + kafka2pc commit",
+    KAFKA2PC_HASH: "the same with --no-align-with-kafka (each transaction writes every partition)",
     KAFKA2PC_UNSHUFFLED: "a lever measured, not shipped: one transaction per source split "
     "(peer_apps/kafka2pc_unshuffled.py)",
     SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
@@ -198,7 +199,7 @@ class Peers:
     def sides(self) -> dict[str, Side]:
         sides: dict[str, Side] = {
             KAFKA2PC: self.kafka2pc,
-            KAFKA2PC_ALIGNED: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_ALIGNED),
+            KAFKA2PC_HASH: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_HASH),
             KAFKA2PC_UNSHUFFLED: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_UNSHUFFLED),
         }
         available = {
@@ -240,7 +241,7 @@ class Peers:
             *("--bootstrap-servers", self.cluster.servers),
             *("--transactional-ids", ",".join(ids), "--job-label", topic),
             *("--manifest", str(manifest)),
-            *(["--align-with-kafka"] if side == KAFKA2PC_ALIGNED else []),
+            "--align-with-kafka" if side == KAFKA2PC else "--no-align-with-kafka",
         ]
         submit = {
             "master": self.master,
@@ -271,8 +272,9 @@ class Peers:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
         batch = Manifest.from_json(manifest.read_text())
         meta = batch.metadata
-        if side == KAFKA2PC_ALIGNED and meta.get("partitioning") != "kafka-aligned":
-            raise SystemExit(f"{topic}: not aligned: {meta.get('partitioning')}")
+        aligned = meta.get("partitioning") == "kafka-aligned"
+        if aligned != (side == KAFKA2PC):
+            raise SystemExit(f"{topic} ({side}): partitioned {meta.get('partitioning')!r}")
         parts = {
             "spark-submit (prepare)": (prepared_ms - started) / 1000,
             "in it: prepare_dataframe": (meta["finished_ms"] - meta["started_ms"]) / 1000,
@@ -371,7 +373,7 @@ class Peers:
 def main(argv: list[str] | None = None) -> int:
     systems = [
         KAFKA2PC,
-        KAFKA2PC_ALIGNED,
+        KAFKA2PC_HASH,
         KAFKA2PC_UNSHUFFLED,
         SPARK_SINK,
         FLINK_SINK,
@@ -417,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
 
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
-    ours = [s for s in (KAFKA2PC, KAFKA2PC_ALIGNED, KAFKA2PC_UNSHUFFLED) if s in results.sides]
+    ours = [s for s in (KAFKA2PC, KAFKA2PC_HASH, KAFKA2PC_UNSHUFFLED) if s in results.sides]
     peers = [s for s in results.sides if s not in ours]
     pairs = [(a, b) for a in ours for b in peers]
     if KAFKA2PC in ours:

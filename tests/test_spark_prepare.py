@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from pathlib import Path
 
@@ -17,9 +18,16 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
 from airflow_provider_kafka2pc.spark import prepare_dataframe
+from airflow_provider_kafka2pc.spark.alignment import (
+    KEY_HASH_FUNCTION,
+    Alignment,
+    proxies,
+    register_key_hash,
+)
 from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
@@ -120,6 +128,31 @@ def test_membership_is_stable_across_recomputation(
     assert_exactly_once(
         protocol, bootstrap, topic, *aborted, committed=0, aborted=2 * ROWS + 2 * 5000
     )
+
+
+def test_the_jvm_key_hash_puts_every_key_where_java_does(spark):
+    """The shipped Java UDF (registered into a session started without its jar, as a user's
+    would be) gives Kafka's partition of every key length 0-40 (each murmur2 tail), and the
+    owner column maps it to the proxy of Spark partition ``kafka partition mod N``."""
+    assert register_key_hash(spark) is None
+    rng = random.Random(939)
+    keys = [bytes(rng.randrange(256) for _ in range(n % 41)) for n in range(2000)]
+    df = spark.createDataFrame([(k,) for k in keys] + [(None,)], "k binary")
+    counts = (1, 3, 8, 64)
+    rows = df.select(
+        "k",
+        *[(F.call_udf(KEY_HASH_FUNCTION, "k") % n).alias(f"p{n}") for n in counts],
+        Alignment(kafka_partitions=8, spark_partitions=4).owner_column(F.col("k")).alias("o"),
+    ).collect()
+    table = proxies(4)
+    for row in rows:
+        if row.k is None:
+            assert (row.p1, row.p8, row.o) == (None, None, None)
+            continue
+        key = bytes(row.k)
+        assert [row[f"p{n}"] for n in counts] == [partition_for_key(key, n) for n in counts]
+        assert row.o == table[partition_for_key(key, 8) % 4]
+    assert len(rows) == len(keys) + 1
 
 
 def test_kafka_aligned_partitions_each_own_their_kafka_partitions(
@@ -455,13 +488,17 @@ def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
 
 
 def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path):
-    topic = make_topic(4)
+    """Aligned with Kafka by default there too: the executors, other JVMs, load the Java
+    UDF from the jar the driver added."""
+    topic = make_topic(6)
     with standalone_cluster(workers=2, log_dir=tmp_path) as master:
         code, manifest, _ = submit_prepare(
             master, bootstrap, topic, tmp_path, ids(6), "--filter", "day = '2026-11-21'"
         )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
     batch = Manifest.from_json(manifest.read_text())
+    assert batch.metadata["partitioning"] == "kafka-aligned"
+    assert [len(c.partitions) for c in batch.committables] == [1] * 6
     expected = sum(1 for i in range(ROWS) if i % 4)
     assert batch.source_rows == expected
     assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}

@@ -95,8 +95,10 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         (``local[*]``), and the executors' logs otherwise.
     :param align_with_kafka: each Spark partition owns the Kafka partitions ``p`` with
         ``p mod num_partitions`` = its index, so each transaction writes fewer, fuller record
-        batches (needs a key column and a topic whose partitions are a multiple of
-        ``num_partitions``; otherwise the rows are partitioned by hash, as by default).
+        batches into fewer partitions (on by default; it applies with a key column and a
+        topic whose partitions are a multiple of ``num_partitions``, otherwise the rows are
+        partitioned by hash). Loss repair uses the same setting: change it only between
+        intervals.
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
     """
 
@@ -130,7 +132,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         transaction_timeout_ms: int | None = None,
         manifest_dir: str | None = None,
         progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
-        align_with_kafka: bool = False,
+        align_with_kafka: bool = True,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
@@ -387,7 +389,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             str(self.transaction_timeout_ms),
             "--progress-interval-s",
             str(self.progress_interval_s),
-            *(["--align-with-kafka"] if self.align_with_kafka else []),
+            "--align-with-kafka" if self.align_with_kafka else "--no-align-with-kafka",
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],

@@ -1,16 +1,18 @@
 """Kafka-aligned partitioning: each Spark partition owns a fixed set of Kafka partitions.
 
 Why: with rows spread by Spark's hash, every transaction writes to every Kafka partition,
-so an export of N transactions into K partitions sends N x K small record batches and
-N x K commit markers. When each Spark partition owns the Kafka partitions ``p`` with
-``p mod N`` equal to its index, each transaction touches K / N partitions, its batches
-fill, and the broker does a fraction of the work (``make bench-levers``).
+so an export of N transactions into K partitions sends N x K small record batches, adds
+N x K partitions to transactions and writes N x K commit markers. When each Spark partition
+owns the Kafka partitions ``p`` with ``p mod N`` equal to its index, each transaction
+touches K / N partitions, its batches fill, and the broker does a fraction of the work
+(``make bench-peers``: the broker's request threads spend about 0.6x the time).
 
 Membership stays a pure function of the key (loss repair recomputes the same partitions),
 and each key still lands where Java's producer puts it: the owner is computed from Kafka's
-own partition of the key (``toPositive(murmur2(key)) % K``), vectorised over the Arrow
-batch of keys (about 0.1 µs a key; Spark SQL has no murmur2, and an unrolled SQL
-expression cost 30 times as much). Spark's ``repartition(N, column)`` sends a row to
+own partition of the key (``toPositive(murmur2(key)) % K``) by a Java UDF shipped in
+:data:`JAR` (source: ``jvm/``), code-generated like Spark's own ``hash`` and as cheap
+(Spark SQL has no murmur2; an Arrow UDF sent every key through Python and back, 4-5 CPU
+seconds per 2M rows). Spark's ``repartition(N, column)`` sends a row to
 ``pmod(murmur3(column), N)``; the column holds, for owner ``o``, the smallest int Spark
 hashes to ``o``, so owner and Spark partition coincide.
 """
@@ -19,79 +21,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-from pyspark.sql import Column
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..transaction.writer import DEFAULT_PARTITIONER
 
-_M = np.uint32(0x5BD1E995)
 _MASK32 = 0xFFFFFFFF
 #: The seed of Spark's ``hash`` and of its hash partitioning (``Murmur3Hash(_, 42)``).
 SPARK_HASH_SEED = 42
+#: The JVM side of alignment (built by ``jvm/build.sh`` from ``jvm/src``).
+JAR = Path(__file__).with_name("jars") / "kafka2pc-spark.jar"
+#: The Java UDF: a binary key's ``toPositive(murmur2(key))``, null for a null key.
+KEY_HASH_CLASS = "kafka2pc.spark.KafkaKeyHash"
+#: The name it is registered under in the session.
+KEY_HASH_FUNCTION = "kafka2pc_key_hash"
 
 
-def kafka_partitions(keys: pa.Array | pa.ChunkedArray, partitions: int) -> np.ndarray:
-    """Java's ``BuiltInPartitioner.partitionForKey`` of every key (a null counts as empty).
+def register_key_hash(spark: SparkSession) -> str | None:
+    """Register :data:`KEY_HASH_FUNCTION` in ``spark``; None when done, else why it cannot be.
 
-    Vectorised per key length: the keys of one length form a byte matrix whose 4-byte
-    little-endian words are murmur2's input, so each step is one numpy operation.
+    A session started with the jar (spark-submit ``--jars``, ``spark.jars``) has the class;
+    any other gets the jar added (``ADD JAR``, which also ships it to the executors).
     """
-    if isinstance(keys, pa.ChunkedArray):
-        keys = pa.concat_arrays(keys.chunks) if keys.num_chunks else pa.array([], pa.binary())
-    width = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
-    count = len(keys)
-    out = np.zeros(count, dtype=np.int32)
-    if count == 0:
-        return out
-    _, offset_buffer, data_buffer = keys.buffers()
-    offsets = np.frombuffer(
-        offset_buffer,
-        dtype=width,
-        count=count + 1,
-        offset=keys.offset * np.dtype(width).itemsize,
-    ).astype(np.int64)
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer else np.zeros(1, np.uint8)
-    lengths = np.diff(offsets)
-    if keys.null_count:
-        lengths = np.where(keys.is_null().to_numpy(zero_copy_only=False), 0, lengths)
-    with np.errstate(over="ignore"):
-        for length in np.unique(lengths):
-            rows = np.nonzero(lengths == length)[0]
-            out[rows] = _murmur2_same_length(data, offsets[rows], int(length)) % partitions
-    return out
-
-
-def _murmur2_same_length(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
-    """``toPositive(Utils.murmur2(key))`` of keys that all have ``length`` bytes."""
-    block = data[starts[:, None] + np.arange(length)[None, :]] if length else None
-    h = np.full(len(starts), (0x9747B28C ^ length) & _MASK32, dtype=np.uint32)
-    words = length // 4
-    if block is not None and words:
-        w = np.ascontiguousarray(block[:, : words * 4]).view("<u4")
-        for i in range(words):
-            k = w[:, i] * _M
-            k ^= k >> np.uint32(24)
-            k *= _M
-            h *= _M
-            h ^= k
-    tail = length % 4
-    if block is not None and tail:
-        base = words * 4
-        if tail >= 3:
-            h ^= block[:, base + 2].astype(np.uint32) << np.uint32(16)
-        if tail >= 2:
-            h ^= block[:, base + 1].astype(np.uint32) << np.uint32(8)
-        h ^= block[:, base].astype(np.uint32)
-        h *= _M
-    h ^= h >> np.uint32(13)
-    h *= _M
-    h ^= h >> np.uint32(15)
-    return (h & np.uint32(0x7FFFFFFF)).astype(np.int64)
+    try:
+        spark.udf.registerJavaFunction(KEY_HASH_FUNCTION, KEY_HASH_CLASS, T.IntegerType())
+        return None
+    except Exception:  # AnalysisException: the class is not on the classpath yet
+        pass
+    try:
+        quoted = str(JAR).replace("'", "\\'")
+        spark.sql(f"ADD JAR '{quoted}'")
+        spark.udf.registerJavaFunction(KEY_HASH_FUNCTION, KEY_HASH_CLASS, T.IntegerType())
+    except Exception as exc:
+        return f"the JVM could not load {KEY_HASH_CLASS} from {JAR} ({type(exc).__name__})"
+    return None
 
 
 def _rotl(x: int, r: int) -> int:
@@ -130,19 +97,14 @@ class Alignment:
     kafka_partitions: int
     spark_partitions: int
 
-    def owner_proxies(self, keys: pa.Array | pa.ChunkedArray) -> pa.Array:
-        """Per key: the proxy value of the Spark partition that owns its Kafka partition."""
-        table = np.asarray(proxies(self.spark_partitions), dtype=np.int32)
-        owners = kafka_partitions(keys, self.kafka_partitions) % self.spark_partitions
-        return pa.array(table[owners], type=pa.int32())
-
     def owner_column(self, key: Column) -> Column:
-        """The proxy of each row's owner, computed on the executors by an Arrow UDF."""
-
-        def owner(keys: pa.Array) -> pa.Array:
-            return self.owner_proxies(keys)
-
-        return F.arrow_udf(owner, T.IntegerType())(key)
+        """The proxy of each row's owner, computed in the JVM (register the UDF first:
+        :func:`register_key_hash`); null for a null key."""
+        kafka_partition = F.call_udf(KEY_HASH_FUNCTION, key) % F.lit(self.kafka_partitions)
+        owner = kafka_partition % F.lit(self.spark_partitions)
+        table = F.array(*[F.lit(v) for v in proxies(self.spark_partitions)])
+        # Explicit: element_at of a null index gave 0 on Spark 4.3, not null.
+        return F.when(key.isNotNull(), F.element_at(table, owner + F.lit(1)))
 
 
 def why_not_aligned(

@@ -103,8 +103,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--align-with-kafka",
-        action="store_true",
-        help="each Spark partition owns the Kafka partitions p with p mod N = its index",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each Spark partition owns the Kafka partitions p with p mod N = its index, "
+        "where the export has a key and the topic's partitions are a multiple of N "
+        "(default: on)",
     )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")

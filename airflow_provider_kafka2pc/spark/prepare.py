@@ -48,7 +48,7 @@ from ..transaction.manifest import Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
-from .alignment import Alignment, why_not_aligned
+from .alignment import Alignment, register_key_hash, why_not_aligned
 from .partition_writer import (
     HEADER_PREFIX,
     KEY,
@@ -104,7 +104,7 @@ def prepare_dataframe(
     on_batch: ArrowBatchCallback | None = None,
     repair: Repair | None = None,
     progress_interval_s: float | None = None,
-    align_with_kafka: bool = False,
+    align_with_kafka: bool = True,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -127,10 +127,11 @@ def prepare_dataframe(
         (:class:`~.progress.PartitionProgress`); None or 0: no progress lines.
     :param align_with_kafka: partition the rows so that each Spark partition owns the Kafka
         partitions ``p`` with ``p mod N`` = its index (:mod:`.alignment`): fewer, fuller
-        record batches and markers. Used when the export has a key column, the murmur2
-        partitioner and a topic whose partitions are a multiple of N; otherwise the rows
-        are partitioned by hash and the manifest says why. A loss repair must use the
-        same setting (the operator passes it to both).
+        record batches, fewer partitions in each transaction, fewer markers. On by default;
+        it applies when the export has a key column, the murmur2 partitioner and a topic
+        whose partitions are a multiple of N; otherwise the rows are partitioned by hash
+        and the manifest's ``partitioning`` says why. A loss repair must use the same
+        setting (the operator passes it to both).
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -157,10 +158,12 @@ def prepare_dataframe(
         kafka_partitions = _check_topic(producer_config, topic)
         why = why_not_aligned(kafka_partitions, len(ids), key_column, producer_config)
         if why is None:
+            why = register_key_hash(spark)
+        if why is None:
             alignment, partitioning = Alignment(kafka_partitions, len(ids)), "kafka-aligned"
         else:
             partitioning = f"hash (not aligned with Kafka: {why})"
-            log.warning("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why)
+            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why)
     prepared = partitioned_input(
         df,
         len(ids),

@@ -3,8 +3,9 @@ spark-submit output that ``SparkSubmitOperator`` copies into the log (Spark ``lo
 
 The interval is tiny here so that every Arrow batch (10,000 rows) writes a line; that lines
 come at most once per interval is ``tests/unit/spark/test_progress.py``'s. The same run
-passes ``align_with_kafka`` through the operator to the job: each of its two transactions
-then writes one Kafka partition of two, so the log holds two commit markers, not four."""
+shows that the operator's default reaches the job aligned with Kafka (``align_with_kafka``):
+each of its two transactions writes one Kafka partition of two, so the log holds two commit
+markers, not four."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_prepare_logs_rows_written_per_partition_then_done(
     dag = export_dag(
         topic=topic,
         rows=ROWS,
-        prepare_kwargs={"progress_interval_s": 0.001, "align_with_kafka": True},
+        prepare_kwargs={"progress_interval_s": 0.001},
     )
 
     result = run_export(dag, day=3)

@@ -1,47 +1,23 @@
-"""Kafka-aligned partitioning: Kafka's partition of each key, Spark's hash of the owner."""
+"""Kafka-aligned partitioning: Spark's hash of the owner, when an export can be aligned, and
+the shipped jar built from the sources in the repository (its murmur2 is checked against
+Java's placement in a real Spark session: tests/test_spark_prepare.py)."""
 
 from __future__ import annotations
 
-import random
+import hashlib
+import zipfile
+from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from airflow_provider_kafka2pc.spark.alignment import (
-    Alignment,
-    kafka_partitions,
+    JAR,
     proxies,
     spark_hash_int,
     why_not_aligned,
 )
-from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
 
-_rng = random.Random(939)
-#: Every length from 0 to 40 bytes (each murmur2 tail), random bytes.
-RANDOM_KEYS = [bytes(_rng.randrange(256) for _ in range(n % 41)) for n in range(2000)]
-
-
-@pytest.mark.parametrize("partitions", [1, 3, 8, 64])
-@pytest.mark.parametrize(
-    "array",
-    [
-        pytest.param(pa.array(RANDOM_KEYS, pa.binary()), id="binary"),
-        pytest.param(pa.array(RANDOM_KEYS, pa.large_binary()), id="large_binary"),
-        pytest.param(pa.array([b"x"] * 7 + RANDOM_KEYS, pa.binary())[7:], id="a slice"),
-        pytest.param(pa.chunked_array([RANDOM_KEYS[:900], RANDOM_KEYS[900:]]), id="chunked"),
-    ],
-)
-def test_kafka_partitions_are_where_java_puts_each_key(array, partitions):
-    got = kafka_partitions(array, partitions).tolist()
-    assert got == [partition_for_key(k, partitions) for k in RANDOM_KEYS]
-
-
-def test_a_null_key_counts_as_empty_and_no_key_is_no_work():
-    keys = pa.array([b"a", None, b"", b"abcd"], pa.binary())
-    assert kafka_partitions(keys, 8).tolist() == [
-        partition_for_key(k, 8) for k in (b"a", b"", b"", b"abcd")
-    ]
-    assert kafka_partitions(pa.array([], pa.binary()), 8).tolist() == []
+SOURCES = Path(__file__).parents[3] / "jvm" / "src"
 
 
 @pytest.mark.parametrize(
@@ -59,13 +35,6 @@ def test_each_proxy_is_hashed_to_its_own_spark_partition(spark_partitions):
     assert [spark_hash_int(v) % spark_partitions for v in values] == list(range(spark_partitions))
 
 
-def test_owners_are_kafka_partition_mod_spark_partitions():
-    alignment = Alignment(kafka_partitions=8, spark_partitions=4)
-    got = alignment.owner_proxies(pa.array(RANDOM_KEYS, pa.binary())).to_pylist()
-    table = proxies(4)
-    assert got == [table[partition_for_key(k, 8) % 4] for k in RANDOM_KEYS]
-
-
 @pytest.mark.parametrize(
     ("kafka", "spark", "key", "config", "why"),
     [
@@ -80,3 +49,19 @@ def test_owners_are_kafka_partition_mod_spark_partitions():
 def test_when_an_export_can_be_aligned(kafka, spark, key, config, why):
     reason = why_not_aligned(kafka, spark, key, config)
     assert (reason is None) if why is None else (why in (reason or ""))
+
+
+def test_the_shipped_jar_is_built_from_the_sources_in_the_repository():
+    """jvm/build.sh writes the SHA-256 of jvm/src into the jar's manifest: a changed source
+    whose jar was not rebuilt fails here, not in a user's export."""
+    sources = sorted(SOURCES.rglob("*.java"))
+    assert sources, SOURCES
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    with zipfile.ZipFile(JAR) as jar:
+        manifest = jar.read("META-INF/MANIFEST.MF").decode().replace("\r\n", "\n")
+        names = jar.namelist()
+    attributes = dict(
+        line.split(": ", 1) for line in manifest.replace("\n ", "").splitlines() if ": " in line
+    )
+    assert attributes.get("Kafka2pc-Source-SHA256") == digest, "run jvm/build.sh"
+    assert "kafka2pc/spark/KafkaKeyHash.class" in names
