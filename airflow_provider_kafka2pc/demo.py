@@ -41,7 +41,7 @@ DAGS_FOLDER = REPO / "dags"
 DAG_ID = "orders_export"
 GROUP_ID = "export_orders"
 TOPIC = "orders"
-TOPIC_PARTITIONS = 3
+TOPIC_PARTITIONS = 4
 #: The one interval the demo exports, every time: a re-run must write nothing.
 INTERVAL_START = datetime(2026, 11, 20, tzinfo=UTC)
 INTERVAL_END = INTERVAL_START + timedelta(days=1)

@@ -249,11 +249,21 @@ def prepare_non_transactional(
     df: Any, *, topic: str, partitions: int, config: dict[str, Any], producer_kind: str
 ) -> int:
     """``prepare_dataframe``'s steps, with :func:`baseline_writer`; returns the rows written."""
+    from airflow_provider_kafka2pc.spark.alignment import (
+        Alignment,
+        register_key_hash,
+        why_not_aligned,
+    )
     from airflow_provider_kafka2pc.spark.partition_writer import RESULT_SCHEMA
     from airflow_provider_kafka2pc.spark.prepare import _check_topic, partitioned_input
 
-    prepared = partitioned_input(df, partitions, "key", "value", require_keys=True)
-    _check_topic(config, topic)
+    kafka_partitions = _check_topic(config, topic)  # aligned with Kafka, as by default
+    why = why_not_aligned(kafka_partitions, partitions, "key", config)
+    why = why or register_key_hash(df.sparkSession)
+    alignment = None if why else Alignment(kafka_partitions, partitions)
+    prepared = partitioned_input(
+        df, partitions, "key", "value", require_keys=True, alignment=alignment
+    )
     writer = baseline_writer(config, topic, producer_kind)
     reports = prepared.mapInArrow(writer, RESULT_SCHEMA).collect()
     got = sorted(

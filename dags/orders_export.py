@@ -17,7 +17,7 @@ How to run it (the ``kafka`` and ``spark`` connections of the official providers
     export AIRFLOW_CONN_KAFKA_DEFAULT='{"conn_type": "kafka",
         "extra": {"bootstrap.servers": "localhost:9092"}}'
     export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'
-    kafka2pc topic create -b localhost:9092 -t orders --partitions 3
+    kafka2pc topic create -b localhost:9092 -t orders --partitions 4
     airflow dags test orders_export 2026-11-21          # one interval, in-process
     airflow dags unpause orders_export                   # catchup: the last 3 days
     airflow backfill create --dag-id orders_export \\

@@ -281,11 +281,13 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             raise
         result = summary(batch, ledger.participants(self.export_id, self.run_key))
         self.log.info(
-            "%s: prepared %d rows in %d partitions %s; earliest transaction timeout in %s s",
+            "%s: prepared %d rows in %d partitions %s, partitioned %s; earliest transaction "
+            "timeout in %s s",
             label,
             prepared.source_rows,
             len(committables),
             [c.record_count for c in committables],
+            prepared.metadata.get("partitioning", "by hash"),
             result["seconds_left"],
         )
         tags = {"export_id": self.export_id, "topic": self.topic}
