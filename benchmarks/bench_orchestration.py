@@ -79,7 +79,6 @@ from airflow_provider_kafka2pc.transaction.controller import Outcome, Transactio
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/orchestration")
-TOPIC_PARTITIONS = 3
 #: Interval ``r`` (round r; 0 is the warm-up) is the day FIRST_DAY + r.
 FIRST_DAY = datetime(2026, 10, 1, tzinfo=UTC)
 DAG = "DAG (dag.test)"
@@ -100,9 +99,11 @@ def say(text: str = "") -> None:
 class Orchestration:
     def __init__(self, args: argparse.Namespace, cluster: Cluster) -> None:
         self.args, self.cluster = args, cluster
+        # As many Kafka partitions as transactions: each side's export is aligned with Kafka,
+        # the default wherever it applies.
         self.topics = {
-            DAG: cluster.topic("orch-dag", TOPIC_PARTITIONS),
-            DIRECT: cluster.topic("orch-direct", TOPIC_PARTITIONS),
+            DAG: cluster.topic("orch-dag", args.partitions),
+            DIRECT: cluster.topic("orch-direct", args.partitions),
         }
         self.dag: Any = None
         self.spark_submit_seconds: list[float] = []
