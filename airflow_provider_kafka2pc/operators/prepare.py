@@ -287,7 +287,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             prepared.source_rows,
             len(committables),
             [c.record_count for c in committables],
-            prepared.metadata.get("partitioning", "by hash"),
+            prepared.metadata.get("partitioning", "hash"),
             result["seconds_left"],
         )
         tags = {"export_id": self.export_id, "topic": self.topic}
