@@ -13,6 +13,7 @@ import pytest
 from airflow_provider_kafka2pc.spark.alignment import (
     JAR,
     proxies,
+    register_key_hash,
     spark_hash_int,
     why_not_aligned,
 )
@@ -65,3 +66,25 @@ def test_the_shipped_jar_is_built_from_the_sources_in_the_repository():
     )
     assert attributes.get("Kafka2pc-Source-SHA256") == digest, "run jvm/build.sh"
     assert "kafka2pc/spark/KafkaKeyHash.class" in names
+
+
+class _SessionWithoutTheClass:
+    """A session whose JVM cannot load the UDF, even after ADD JAR (the jar unreadable)."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.udf = self
+
+    def registerJavaFunction(self, name: str, java_class: str, return_type: object) -> None:
+        raise RuntimeError(f"Can not load class {java_class}")
+
+    def sql(self, statement: str) -> None:
+        self.statements.append(statement)
+
+
+def test_a_session_that_cannot_load_the_udf_gets_the_jar_added_then_a_reason():
+    """The prepare then partitions by hash and its manifest says why, instead of failing."""
+    session = _SessionWithoutTheClass()
+    why = register_key_hash(session)  # type: ignore[arg-type]
+    assert session.statements == [f"ADD JAR '{JAR}'"]
+    assert why is not None and "could not load kafka2pc.spark.KafkaKeyHash" in why
