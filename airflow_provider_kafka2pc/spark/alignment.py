@@ -11,8 +11,8 @@ Membership stays a pure function of the key (loss repair recomputes the same par
 and each key still lands where Java's producer puts it: the owner is computed from Kafka's
 own partition of the key (``toPositive(murmur2(key)) % K``) by a Java UDF shipped in
 :data:`JAR` (source: ``jvm/``), code-generated like Spark's own ``hash`` and as cheap
-(Spark SQL has no murmur2; an Arrow UDF sent every key through Python and back, 4-5 CPU
-seconds per 2M rows). Spark's ``repartition(N, column)`` sends a row to
+(Spark SQL has no murmur2; an Arrow UDF sent every key through Python and back, about 5
+CPU seconds per 2M rows). Spark's ``repartition(N, column)`` sends a row to
 ``pmod(murmur3(column), N)``; the column holds, for owner ``o``, the smallest int Spark
 hashes to ``o``, so owner and Spark partition coincide.
 """
