@@ -7,7 +7,7 @@ Spark session (``local[2]``), ``--partitions`` Spark partitions and as many Kafk
 (1) ``prepare_dataframe`` (one open transaction per partition, committed afterwards by one
     ``commit_all``, untimed) against the same job written non-transactionally: a copy of
     ``prepare_dataframe``'s steps through the library's own functions (``partitioned_input``,
-    ``_check_topic``, ``mapInArrow`` over ``partition_writer``'s
+    ``kafka_alignment``, ``mapInArrow`` over ``partition_writer``'s
     ``_records`` and the writer's ``_produce_all`` loop) where only the producer differs:
     idempotent, or plain (not idempotent, acks=all), or none at all (the no-Kafka floor: the
     job's writer only reads the Arrow batches). It must follow ``prepare_dataframe`` when that
@@ -249,18 +249,11 @@ def prepare_non_transactional(
     df: Any, *, topic: str, partitions: int, config: dict[str, Any], producer_kind: str
 ) -> int:
     """``prepare_dataframe``'s steps, with :func:`baseline_writer`; returns the rows written."""
-    from airflow_provider_kafka2pc.spark.alignment import (
-        Alignment,
-        register_key_hash,
-        why_not_aligned,
-    )
     from airflow_provider_kafka2pc.spark.partition_writer import RESULT_SCHEMA
-    from airflow_provider_kafka2pc.spark.prepare import _check_topic, partitioned_input
+    from airflow_provider_kafka2pc.spark.prepare import kafka_alignment, partitioned_input
 
-    kafka_partitions = _check_topic(config, topic)  # aligned with Kafka, as by default
-    why = why_not_aligned(kafka_partitions, partitions, "key", config)
-    why = why or register_key_hash(df.sparkSession)
-    alignment = None if why else Alignment(kafka_partitions, partitions)
+    # The topic checked and the rows aligned with Kafka, as prepare_dataframe does by default.
+    alignment, _ = kafka_alignment(df.sparkSession, config, topic, partitions, "key")
     prepared = partitioned_input(
         df, partitions, "key", "value", require_keys=True, alignment=alignment
     )

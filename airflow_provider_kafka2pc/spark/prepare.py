@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -155,15 +155,11 @@ def prepare_dataframe(
     keys_required = require_keys if require_keys is not None else key_column is not None
     alignment, partitioning = None, "hash"
     if align_with_kafka:  # needs the topic's partitions before the plan
-        kafka_partitions = _check_topic(producer_config, topic)
-        why = why_not_aligned(kafka_partitions, len(ids), key_column, producer_config)
-        if why is None:
-            why = register_key_hash(spark)
-        if why is None:
-            alignment, partitioning = Alignment(kafka_partitions, len(ids)), "kafka-aligned"
-        else:
-            partitioning = f"hash (not aligned with Kafka: {why})"
-            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why)
+        alignment, partitioning = kafka_alignment(
+            spark, producer_config, topic, len(ids), key_column
+        )
+        if alignment is None:
+            log.info("run %s: partitioned by %s", job_label, partitioning)
     prepared = partitioned_input(
         df,
         len(ids),
@@ -262,6 +258,24 @@ def _write(
             f"the prepare job failed ({type(exc).__name__}); some partitions may hold "
             f"open transactions: abort (fence) this run's ids {[ids[i] for i in selected]}"
         ) from exc
+
+
+def kafka_alignment(
+    spark: SparkSession,
+    producer_config: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    key_column: str | None,
+) -> tuple[Alignment | None, str]:
+    """The topic checked, then ``partitions`` Spark partitions aligned with its Kafka
+    partitions where that applies (:mod:`.alignment`), with the manifest's ``partitioning``:
+    ``"kafka-aligned"``, or ``"hash (not aligned with Kafka: <why>)"`` and no alignment."""
+    kafka_partitions = _check_topic(producer_config, topic)
+    why = why_not_aligned(kafka_partitions, partitions, key_column, producer_config)
+    why = why or register_key_hash(spark)
+    if why is not None:
+        return None, f"hash (not aligned with Kafka: {why})"
+    return Alignment(kafka_partitions, partitions), "kafka-aligned"
 
 
 def _null_key_refusal(exc: Exception, key_column: str | None) -> ConfigurationError | None:
