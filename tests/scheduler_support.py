@@ -50,6 +50,8 @@ AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 FINAL = ("success", "failed")
 RUN_TIMEOUT_S = 420
+#: What marks a task try's log as failed (Airflow 3 writes JSON lines).
+FAILURE_WORDS = ('"level":"error"', "Task failed with exception")
 
 
 @dataclass
@@ -199,9 +201,25 @@ class Deployment:
         return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
 
     def diagnostics(self) -> str:
+        """Runs, task instances, the scheduler's log tail and the end of every failed try's
+        log: what a failing test needs to say why (printed whole, as pytest cuts reprs)."""
         runs = self.rows("SELECT dag_id, run_id, state FROM dag_run ORDER BY id")
         tis = self.rows("SELECT run_id, task_id, state, try_number FROM task_instance")
-        return f"runs {runs}; task instances {tis}; scheduler log: {self.tail('scheduler')}"
+        failed = [
+            path
+            for path in self.task_logs()
+            if any(word in path.read_text(errors="replace")[-4000:] for word in FAILURE_WORDS)
+        ]
+        logs = "".join(
+            f"\n--- {p.relative_to(self.home)} ---\n{p.read_text(errors='replace')[-3000:]}"
+            for p in failed
+        )
+        text = (
+            f"runs {runs}; task instances {tis}; scheduler log: {self.tail('scheduler')}"
+            f"\nfailed tries' logs:{logs or ' none'}"
+        )
+        print(text)
+        return text
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:

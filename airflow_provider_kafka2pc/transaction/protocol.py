@@ -337,10 +337,44 @@ class KafkaProtocol:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _any_node(self) -> int:
-        return self._client.least_loaded_node(bootstrap_fallback=True)
+    def _send_any(self, request: Any) -> Any:
+        """Send a request any broker can answer (Metadata, FindCoordinator): to the least
+        loaded node, then, while connections are lost, to each other known node in turn.
 
-    def _send(self, node: int, request: Any) -> Any:
+        A node killed a moment ago stays in the cluster's metadata until the controller
+        fences it (``broker.session.timeout.ms``); Kafka's own clients route around it,
+        and so must we: one node down during a rolling restart is not an error. Only
+        when no node answers is the connection lost.
+        """
+        tried: list[int | str] = []
+        last: ConnectionLostError | None = None
+        while True:
+            node = self._untried_node(tried)
+            if node is None:
+                raise ConnectionLostError(
+                    f"{request.__class__.__name__}: no Kafka node answered "
+                    f"(tried {', '.join(map(str, tried))}); last: {last}"
+                )
+            try:
+                return self._send(node, request)
+            except ConnectionLostError as exc:
+                last = exc
+                tried.append(node)
+                log.info("%s; asking another node", exc)
+
+    def _untried_node(self, tried: Sequence[int | str]) -> int | str | None:
+        """The least loaded node if not tried yet, else any known node not tried yet
+        (kafka-python's choice skips a node only while its reconnect backoff lasts)."""
+        least = self._client.least_loaded_node(bootstrap_fallback=True)
+        if least is not None and least not in tried:
+            return least
+        cluster = self._client.cluster
+        known = sorted(b.node_id for b in cluster.brokers()) or [
+            b.node_id for b in cluster.bootstrap_brokers()
+        ]
+        return next((node for node in known if node not in tried), None)
+
+    def _send(self, node: int | str, request: Any) -> Any:
         try:
             return self._client.send_and_receive(node, request, timeout_ms=self._timeout_ms)
         except (
@@ -397,7 +431,7 @@ class KafkaProtocol:
             coordinator_keys=[transactional_id],
             version=version,
         )
-        answer = self._send(self._any_node(), request)
+        answer = self._send_any(request)
         if version >= 4:
             entry = answer.coordinators[0]
             return entry.error_code, entry.node_id
@@ -587,7 +621,7 @@ class KafkaProtocol:
             allow_auto_topic_creation=False,
             version=version,
         )
-        answer = self._send(self._any_node(), request)
+        answer = self._send_any(request)
         for entry in answer.topics:
             if entry.error_code in LEADER_MOVED:
                 name = error_name(entry.error_code)

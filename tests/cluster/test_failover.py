@@ -202,3 +202,39 @@ def test_coordinator_killed_in_the_middle_of_commit_all(
     witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0)
     kafka_cluster.restart(victim)
     witnesses(kafka_cluster, cluster_topic, committables, committed=3 * ROWS, aborted=0, java=True)
+
+
+def test_a_node_just_killed_is_routed_around_by_requests_any_node_answers(
+    kafka_cluster, cluster_topic, caplog
+):
+    """Until the controller fences a node killed -9 (``broker.session.timeout.ms``), the
+    survivors' metadata still lists it, and a client picks it for Metadata or
+    FindCoordinator one time in three. The prepare's topic check failed that way in a
+    rolling restart (CI, 2026-11-26); such a request now goes on to another node.
+
+    Fresh connections, bootstrapped from the survivors, ask in a loop inside that window;
+    every answer must come, and at least one must have been routed around the victim.
+    """
+    victim = kafka_cluster.leader(cluster_topic, 0)
+    survivors = ",".join(
+        f"127.0.0.1:{kafka_cluster.client_port(n)}" for n in kafka_cluster.node_ids if n != victim
+    )
+    caplog.set_level("INFO", logger="airflow_provider_kafka2pc.transaction.protocol")
+    kafka_cluster.kill(victim)
+    killed = time.monotonic()
+    counts: list[int] = []
+    coordinators: set[int] = set()
+    listed = 0
+    while time.monotonic() - killed < 2.0 and "asking another node" not in caplog.text:
+        with KafkaProtocol({"bootstrap.servers": survivors}, timeout_ms=5_000) as protocol:
+            listed += victim in {b.node_id for b in protocol._client.cluster.brokers()}
+            counts.append(len(protocol.partition_leaders(cluster_topic)))
+            error, node = protocol.find_transaction_coordinator(f"routed-{len(counts)}")
+            if not error:
+                coordinators.add(node)
+    print(f"\n{len(counts)} metadata answers in the victim's window ({listed} still listed it)")
+    kafka_cluster.restart(victim)
+
+    assert counts and set(counts) == {3}, counts
+    assert listed, "the victim was never listed: the window this test needs was missed"
+    assert "asking another node" in caplog.text, (counts, caplog.text[-2000:])
