@@ -36,6 +36,7 @@ from airflow_provider_kafka2pc.ledger import (
     Ledger,
     ParticipantState,
     Verdict,
+    database,
 )
 from airflow_provider_kafka2pc.ledger.schema import VERSION_TABLE, metadata
 from airflow_provider_kafka2pc.transaction.committable import Committable, PartitionRange
@@ -44,6 +45,8 @@ from .postgres_support import SKIP_POSTGRES_ENV, fresh_schema, postgres_url
 
 BACKENDS = ["sqlite", "postgresql"]
 TOPIC = "orders"
+#: The newest migration of the ledger's schema.
+HEAD = "0002"
 #: How long racers wait for each other at a gate before the test fails (instead of hanging).
 GATE_TIMEOUT = 30
 
@@ -215,8 +218,12 @@ def test_commit_path(ledger: Ledger, names: Names) -> None:
     assert batch.transactional_ids == tuple(f"{names.prefix}-{i}" for i in range(3))
     assert ledger.participants(names.export, run) == []
     cs = [committable(t, records=i) for i, t in enumerate(batch.transactional_ids)]
-    batch = ledger.record_prepared(names.export, run, cs, source_rows=5)
+    assert batch.partitioning is None
+    batch = ledger.record_prepared(
+        names.export, run, cs, source_rows=5, partitioning="kafka-aligned"
+    )
     assert (batch.state, batch.source_rows) == (BatchState.PREPARED, 5)
+    assert ledger.get(names.export, run).partitioning == "kafka-aligned"
     parts = ledger.participants(names.export, run)
     assert [p.committable for p in parts] == cs
     assert [p.index for p in parts] == [0, 1, 2]
@@ -296,6 +303,9 @@ def test_record_prepared_checks_the_committables(ledger: Ledger, names: Names, d
         ledger.record_prepared(names.export, run, swapped, source_rows=1)
     with pytest.raises(ConfigurationError, match="source_rows"):
         ledger.record_prepared(names.export, run, [committable(t) for t in ids], source_rows=-1)
+    with pytest.raises(ConfigurationError, match="partitioning must be one of"):
+        every = [committable(t) for t in ids]
+        ledger.record_prepared(names.export, run, every, source_rows=4, partitioning="random")
     assert row_counts(db_url) == before
     assert ledger.get(names.export, run) == batch
     with pytest.raises(NotFoundError, match="begin"):
@@ -558,10 +568,29 @@ def _schema_state(url: str) -> tuple[list[str], list[str]]:
 def test_migrations_are_idempotent(db_url: str) -> None:
     Ledger(db_url).close()
     first = _schema_state(db_url)
-    assert first == (sorted([*metadata.tables, VERSION_TABLE]), ["0001"])
+    assert first == (sorted([*metadata.tables, VERSION_TABLE]), [HEAD])
     with Ledger(db_url) as ledger:  # again: a no-op
         assert ledger.in_doubt() == []
     assert _schema_state(db_url) == first
+
+
+def test_a_ledger_of_the_first_schema_is_upgraded_in_place(db_url: str) -> None:
+    """0001 -> head keeps the batches; one prepared before 0002 has no partitioning on
+    record (its repair decides it afresh, as repairs did then)."""
+    with Ledger(db_url, migrate=False) as old:
+        database.migrate(old._engine, "0001")
+        with old._engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO kafka2pc_batches (export_id, run_key, attempt, state, topic, "
+                "id_prefix, num_partitions, transactional_ids, source_rows, created_at, "
+                "updated_at) VALUES ('old', 'r', 1, 'PREPARED', 't', 'old', 1, '[\"old-0\"]', "
+                "3, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+            )
+    assert _schema_state(db_url)[1] == ["0001"]
+    with Ledger(db_url) as ledger:
+        batch = ledger.get("old", "r")
+    assert (batch.state, batch.source_rows, batch.partitioning) == (BatchState.PREPARED, 3, None)
+    assert _schema_state(db_url)[1] == [HEAD]
 
 
 # -- other processes --------------------------------------------------------------------------
@@ -617,7 +646,7 @@ def _run_processes(task: str, url: str, per_process: list[tuple]) -> list[Any]:
 @pytest.mark.slow
 def test_migrations_from_two_processes_at_once(db_url: str) -> None:
     assert _run_processes("migrate", db_url, [(), ()]) == ["migrated", "migrated"]
-    assert _schema_state(db_url) == (sorted([*metadata.tables, VERSION_TABLE]), ["0001"])
+    assert _schema_state(db_url) == (sorted([*metadata.tables, VERSION_TABLE]), [HEAD])
 
 
 def _race_decisions(ledger: Ledger, names: Names, runs: list[str]) -> list[tuple]:

@@ -105,8 +105,8 @@ def advisory_lock(conn: Connection, key: int) -> None:
         conn.execute(select(func.pg_advisory_xact_lock(key)))
 
 
-def migrate(engine: Engine) -> None:
-    """``alembic upgrade head`` in one transaction; a no-op when already there.
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """``alembic upgrade <revision>`` in one transaction; a no-op when already there.
 
     Concurrent callers queue (SQLite's write lock, a PostgreSQL advisory lock) and the
     later ones find the schema at head.
@@ -116,4 +116,4 @@ def migrate(engine: Engine) -> None:
     with writing(engine) as conn:
         advisory_lock(conn, LOCK_MIGRATE)
         config.attributes["connection"] = conn
-        command.upgrade(config, "head")
+        command.upgrade(config, revision)

@@ -84,6 +84,8 @@ batches = Table(
     Column("verdict", String(8)),
     Column("verdict_reason", Text),
     Column("source_rows", BigInteger),
+    # How the prepare partitioned its rows ("kafka-aligned" or "hash"): a repair follows it.
+    Column("partitioning", String(16)),
     Column("created_at", UtcDateTime(), nullable=False),
     Column("updated_at", UtcDateTime(), nullable=False),
     Column("decided_at", UtcDateTime()),

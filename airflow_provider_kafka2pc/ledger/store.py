@@ -27,6 +27,7 @@ from ..errors import (
 )
 from ..transaction import naming
 from ..transaction.committable import Committable
+from ..transaction.manifest import PARTITIONINGS
 from . import database, pool
 from .key import BatchKey
 from .schema import batches, leases, now, participants
@@ -57,6 +58,10 @@ class Batch:
     verdict: Verdict | None
     verdict_reason: str | None
     source_rows: int | None
+    #: How the prepare partitioned its rows (``manifest.PARTITIONINGS``), which a loss
+    #: repair follows; None before the prepare, or for batches recorded before the ledger
+    #: kept it.
+    partitioning: str | None
     created_at: datetime
     updated_at: datetime
     decided_at: datetime | None
@@ -179,8 +184,10 @@ class Ledger:
         committables: Sequence[Committable],
         *,
         source_rows: int,
+        partitioning: str | None = None,
     ) -> Batch:
-        """PREPARING -> PREPARED with one participant per committable (index = partition).
+        """PREPARING -> PREPARED with one participant per committable (index = partition),
+        and how the prepare partitioned its rows (``manifest.PARTITIONINGS``; None: unknown).
 
         A PREPARED batch is re-prepared (-> PREPARING -> PREPARED, participants replaced):
         its prepare ran again before any verdict.
@@ -188,6 +195,10 @@ class Ledger:
         label = _key(export_id, run_key)
         if isinstance(source_rows, bool) or not isinstance(source_rows, int) or source_rows < 0:
             raise ConfigurationError(f"source_rows must be an integer >= 0, got {source_rows!r}")
+        if partitioning is not None and partitioning not in PARTITIONINGS:
+            raise ConfigurationError(
+                f"partitioning must be one of {PARTITIONINGS} or None, got {partitioning!r}"
+            )
         committables = tuple(committables)
         with database.writing(self._engine) as conn:
             row = _require(conn, export_id, run_key)
@@ -197,7 +208,14 @@ class Ledger:
             check_batch_move(label, ref.state, BatchState.PREPARED)
             _check_committables(label, json.loads(row.transactional_ids), committables)
             reason = f"{len(committables)} participants"
-            _move(conn, ref, BatchState.PREPARED, reason, source_rows=source_rows)
+            _move(
+                conn,
+                ref,
+                BatchState.PREPARED,
+                reason,
+                source_rows=source_rows,
+                partitioning=partitioning,
+            )
             key = {"batch_id": row.id, "attempt": row.attempt}
             conn.execute(delete(participants).filter_by(**key))
             prepared = {"state": ParticipantState.PREPARED.value, "updated_at": now(), **key}
@@ -428,6 +446,7 @@ def _to_batch(row: Any) -> Batch:
         verdict=None if row.verdict is None else Verdict(row.verdict),
         verdict_reason=row.verdict_reason,
         source_rows=row.source_rows,
+        partitioning=row.partitioning,
         created_at=row.created_at,
         updated_at=row.updated_at,
         decided_at=row.decided_at,
@@ -447,6 +466,7 @@ def _cas(conn: Connection, ref: _Ref, target: BatchState, reason: str, **values:
             decided_at=None,
             finished_at=None,
             source_rows=None,
+            partitioning=None,
         )
     elif target in (BatchState.COMMIT_DECIDED, BatchState.ABORT_DECIDED):
         verdict = Verdict.COMMIT if target is BatchState.COMMIT_DECIDED else Verdict.ABORT

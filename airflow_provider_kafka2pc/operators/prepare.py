@@ -50,7 +50,7 @@ from ..spark.job import (
 )
 from ..transaction import naming
 from ..transaction.committable import Committable
-from ..transaction.manifest import Manifest
+from ..transaction.manifest import HASH, Manifest
 from ..utils import config
 from ..utils.connections import require_connection
 from ..utils.task_errors import failing_permanent_errors
@@ -264,7 +264,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         committables = committables_for(prepared, batch, self.transaction_timeout_ms)
         try:
             batch = ledger.record_prepared(
-                self.export_id, self.run_key, committables, source_rows=prepared.source_rows
+                self.export_id,
+                self.run_key,
+                committables,
+                source_rows=prepared.source_rows,
+                partitioning=prepared.partitioning,
             )
         except (LedgerError, CommittableError):
             # Another run of this run key moved the batch on (a verdict, a new attempt)
@@ -281,13 +285,16 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             raise
         result = summary(batch, ledger.participants(self.export_id, self.run_key))
         self.log.info(
-            "%s: prepared %d rows in %d partitions %s, partitioned %s; earliest transaction "
-            "timeout in %s s",
+            "%s: prepared %d rows in %d partitions %s, partitioned %s%s; earliest "
+            "transaction timeout in %s s",
             label,
             prepared.source_rows,
             len(committables),
             [c.record_count for c in committables],
-            prepared.metadata.get("partitioning", "hash"),
+            prepared.partitioning or HASH,
+            f" (not aligned with Kafka: {why})"
+            if (why := prepared.metadata.get("partitioning_reason"))
+            else "",
             result["seconds_left"],
         )
         tags = {"export_id": self.export_id, "topic": self.topic}
@@ -336,7 +343,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         local = local_path(str(path)) if path else None
         if local is not None and not local.exists():
             raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
-        repair_args = repair_arguments(participants, lost)
+        repair_args = repair_arguments(participants, lost, batch.partitioning)
         kafka = Kafka2pcHook(self.kafka_conn_id)
         self.log.warning("%s: re-preparing %s with the prepare's Spark job", label, names)
         started = time.monotonic()

@@ -7,9 +7,12 @@ owns the Kafka partitions ``p`` with ``p mod N`` equal to its index, each transa
 touches K / N partitions, its batches fill, and the broker does a fraction of the work
 (``make bench-peers``: the broker's request threads spend about 0.6x the time).
 
-Membership stays a pure function of the key (loss repair recomputes the same partitions),
-and each key still lands where Java's producer puts it: the owner is computed from Kafka's
-own partition of the key (``toPositive(murmur2(key)) % K``) by a Java UDF shipped in
+Membership stays a pure function of the key and N, and each key still lands where Java's
+producer puts it: the owner is Kafka's own partition of the key modulo N, and as N divides K,
+``(toPositive(murmur2(key)) % K) % N`` is ``toPositive(murmur2(key)) % N`` whatever K is.
+So a loss repair recomputes the same membership after partitions were added to the topic;
+it is told how the prepare partitioned (the ledger records it), never decides afresh. The
+hash is computed by a Java UDF shipped in
 :data:`JAR` (source: ``jvm/``), code-generated like Spark's own ``hash`` and as cheap
 (Spark SQL has no murmur2; an Arrow UDF sent every key through Python and back, about 5
 CPU seconds per 2M rows). Spark's ``repartition(N, column)`` sends a row to
@@ -92,16 +95,15 @@ def proxies(spark_partitions: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Alignment:
-    """``kafka_partitions`` Kafka partitions owned by ``spark_partitions`` Spark partitions."""
+    """``spark_partitions`` Spark partitions, each owning the Kafka partitions ``p`` with
+    ``p mod spark_partitions`` = its index (of any multiple of ``spark_partitions``)."""
 
-    kafka_partitions: int
     spark_partitions: int
 
     def owner_column(self, key: Column) -> Column:
         """The proxy of each row's owner, computed in the JVM (register the UDF first:
         :func:`register_key_hash`); null for a null key."""
-        kafka_partition = F.call_udf(KEY_HASH_FUNCTION, key) % F.lit(self.kafka_partitions)
-        owner = kafka_partition % F.lit(self.spark_partitions)
+        owner = F.call_udf(KEY_HASH_FUNCTION, key) % F.lit(self.spark_partitions)
         table = F.array(*[F.lit(v) for v in proxies(self.spark_partitions)])
         # Explicit: element_at of a null index gave 0 on Spark 4.3, not null.
         return F.when(key.isNotNull(), F.element_at(table, owner + F.lit(1)))

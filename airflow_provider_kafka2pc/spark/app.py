@@ -12,7 +12,8 @@ Hadoop-supported URI works. Without a manifest the orchestrator must abort the i
 
 Loss repair: ``--only-partitions 2,5`` with the batch's full id list partitions the input
 exactly as the prepare did and writes only those partitions (under their own ids);
-``--expected-partition-rows`` gives every partition's recorded rows. When the source no
+``--expected-partition-rows`` gives every partition's recorded rows and ``--partitioning``
+how the prepare partitioned them (the ledger's record). When the source no
 longer yields them (or cannot be read), nothing is written: the manifest then holds no
 committable and ``metadata.refused`` says why, and the exit code is 3.
 """
@@ -34,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
-from airflow_provider_kafka2pc.transaction.manifest import Manifest
+from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, Manifest
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 
 log = logging.getLogger("kafka2pc.spark.app")
@@ -122,6 +123,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_indexes,
         help="loss repair: every partition's recorded rows (comma-separated); a source that "
         "no longer yields them is refused before anything is written",
+    )
+    parser.add_argument(
+        "--partitioning",
+        choices=PARTITIONINGS,
+        help="loss repair: how the prepare being repaired partitioned its rows (the ledger's "
+        "record); the repair partitions alike, whatever --align-with-kafka and the topic say",
     )
     return parser.parse_args(argv)
 
@@ -219,7 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 job_label=args.job_label,
                 progress_interval_s=args.progress_interval_s,
                 align_with_kafka=args.align_with_kafka,
-                repair=prepare.Repair(args.only_partitions, args.expected_partition_rows)
+                repair=prepare.Repair(
+                    args.only_partitions, args.expected_partition_rows, args.partitioning
+                )
                 if repair
                 else None,
             )

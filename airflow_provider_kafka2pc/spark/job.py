@@ -129,9 +129,12 @@ def committables_for(
     return list(prepared.committables)
 
 
-def repair_arguments(participants: Sequence[Participant], lost: Sequence[Participant]) -> list[str]:
+def repair_arguments(
+    participants: Sequence[Participant], lost: Sequence[Participant], partitioning: str | None
+) -> list[str]:
     """The application's loss-repair options: write only the ``lost`` partitions, and only
-    if every partition still holds the rows its participant recorded."""
+    if every partition still holds the rows its participant recorded, partitioned as the
+    prepare did (``partitioning``, the ledger's record; None: not recorded)."""
     if [p.index for p in participants] != list(range(len(participants))):
         raise RepairImpossibleError(
             f"the batch's participants are indexed {[p.index for p in participants]}, "
@@ -142,6 +145,7 @@ def repair_arguments(participants: Sequence[Participant], lost: Sequence[Partici
         ",".join(str(p.index) for p in sorted(lost, key=lambda p: p.index)),
         "--expected-partition-rows",
         ",".join(str(p.committable.record_count) for p in participants),
+        *(["--partitioning", partitioning] if partitioning else []),
     ]
 
 

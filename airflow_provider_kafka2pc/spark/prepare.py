@@ -44,7 +44,7 @@ from .. import defaults
 from ..errors import ConfigurationError, PrepareError, ProtocolError, SourceChangedError
 from ..transaction.acls import authorization_error
 from ..transaction.committable import Committable
-from ..transaction.manifest import Manifest
+from ..transaction.manifest import ALIGNED, HASH, PARTITIONINGS, Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
@@ -87,6 +87,10 @@ class Repair:
 
     partitions: Sequence[int]
     expected_rows: Sequence[int]
+    #: How the prepare being repaired partitioned (:data:`~..transaction.manifest.ALIGNED`
+    #: or ``HASH``, the ledger's record): the repair partitions alike, whatever the topic
+    #: looks like now. None (a batch recorded before the ledger kept it): decided afresh.
+    partitioning: str | None = None
 
 
 def prepare_dataframe(
@@ -130,8 +134,8 @@ def prepare_dataframe(
         record batches, fewer partitions in each transaction, fewer markers. On by default;
         it applies when the export has a key column, the murmur2 partitioner and a topic
         whose partitions are a multiple of N; otherwise the rows are partitioned by hash
-        and the manifest's ``partitioning`` says why. A loss repair must use the same
-        setting (the operator passes it to both).
+        and the manifest's ``partitioning_reason`` says why. A loss repair partitions as
+        its prepare did (``repair.partitioning``), not by this setting.
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -153,13 +157,17 @@ def prepare_dataframe(
     job_label = job_label or uuid.uuid4().hex
     started = time.time()
     keys_required = require_keys if require_keys is not None else key_column is not None
-    alignment, partitioning = None, "hash"
-    if align_with_kafka:  # needs the topic's partitions before the plan
-        alignment, partitioning = kafka_alignment(
-            spark, producer_config, topic, len(ids), key_column
-        )
-        if alignment is None:
-            log.info("run %s: partitioned by %s", job_label, partitioning)
+    recorded = repair.partitioning if repair else None
+    if recorded is not None:
+        _check_topic(producer_config, topic)
+        alignment, why_hash = recorded_alignment(spark, recorded, len(ids)), None
+    elif align_with_kafka:  # needs the topic's partitions before the plan
+        alignment, why_hash = kafka_alignment(spark, producer_config, topic, len(ids), key_column)
+        if why_hash is not None:
+            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
+    else:
+        _check_topic(producer_config, topic)
+        alignment, why_hash = None, None
     prepared = partitioned_input(
         df,
         len(ids),
@@ -169,8 +177,6 @@ def prepare_dataframe(
         require_keys=keys_required,
         alignment=alignment,
     )
-    if not align_with_kafka:
-        _check_topic(producer_config, topic)
     writer = partition_writer(
         ids,
         producer_config,
@@ -226,7 +232,8 @@ def prepare_dataframe(
             "started_ms": int(started * 1000),
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},
-            "partitioning": partitioning,
+            "partitioning": HASH if alignment is None else ALIGNED,
+            **({"partitioning_reason": why_hash} if why_hash else {}),
             **partial,
         },
     )
@@ -266,16 +273,39 @@ def kafka_alignment(
     topic: str,
     partitions: int,
     key_column: str | None,
-) -> tuple[Alignment | None, str]:
+) -> tuple[Alignment | None, str | None]:
     """The topic checked, then ``partitions`` Spark partitions aligned with its Kafka
-    partitions where that applies (:mod:`.alignment`), with the manifest's ``partitioning``:
-    ``"kafka-aligned"``, or ``"hash (not aligned with Kafka: <why>)"`` and no alignment."""
+    partitions where that applies (:mod:`.alignment`); else no alignment and why not."""
     kafka_partitions = _check_topic(producer_config, topic)
     why = why_not_aligned(kafka_partitions, partitions, key_column, producer_config)
     why = why or register_key_hash(spark)
     if why is not None:
-        return None, f"hash (not aligned with Kafka: {why})"
-    return Alignment(kafka_partitions, partitions), "kafka-aligned"
+        return None, why
+    return Alignment(partitions), None
+
+
+def recorded_alignment(spark: SparkSession, partitioning: str, partitions: int) -> Alignment | None:
+    """A repair's partitioning: its prepare's, as recorded, whatever the topic is now.
+
+    Had it decided afresh, partitions added to the topic since (or a session that cannot
+    load the key hash) would move rows between transactions; the per-partition counts would
+    then refuse the repair, or, were they equal by chance, let it write other rows than
+    those lost. Aligned membership needs only N (:mod:`.alignment`), so it is recomputed
+    exactly; a session that cannot compute it is refused.
+    """
+    if partitioning not in PARTITIONINGS:
+        raise ConfigurationError(
+            f"unknown partitioning {partitioning!r} for the repair; one of {PARTITIONINGS}"
+        )
+    if partitioning == HASH:
+        return None
+    why = register_key_hash(spark)
+    if why is not None:
+        raise ConfigurationError(
+            f"the prepare being repaired partitioned its rows aligned with Kafka, which this "
+            f"session cannot recompute: {why}; nothing was written"
+        )
+    return Alignment(partitions)
 
 
 def _null_key_refusal(exc: Exception, key_column: str | None) -> ConfigurationError | None:

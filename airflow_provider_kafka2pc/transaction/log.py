@@ -50,8 +50,13 @@ class LogReader:
     def partitions(self, topic: str, *, deadline: float | None = None) -> list[int]:
         return sorted(self._leaders_of(topic, deadline))
 
-    def _leaders_of(self, topic: str, deadline: float | None) -> dict[int, int]:
-        if topic not in self._leaders:
+    def _leaders_of(
+        self, topic: str, deadline: float | None, partition: int | None = None
+    ) -> dict[int, int]:
+        """The topic's partition leaders, looked up once, and again for a ``partition`` the
+        answer lacks: partitions added since (a loss repair's records may land there)."""
+        cached = self._leaders.get(topic)
+        if cached is None or (partition is not None and partition not in cached):
             self._leaders[topic] = self._failover.run(
                 f"metadata of topic {topic!r}",
                 lambda: self._protocol.partition_leaders(topic),
@@ -66,7 +71,7 @@ class LogReader:
         until = self._failover.deadline() if deadline is None else deadline
 
         def attempt() -> FetchAnswer:
-            leader = self._leaders_of(topic, until).get(partition)
+            leader = self._leaders_of(topic, until, partition).get(partition)
             if leader is None:
                 raise ProtocolError(
                     f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
@@ -106,7 +111,7 @@ class LogReader:
         Kafka-compatible broker) is not the end: it is asked again, a bounded number of
         times.
         """
-        if partition not in self._leaders_of(topic, deadline):
+        if partition not in self._leaders_of(topic, deadline, partition):
             raise ProtocolError(
                 f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
             )

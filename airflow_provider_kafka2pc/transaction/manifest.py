@@ -15,6 +15,13 @@ from .committable import Committable
 
 MANIFEST_SCHEMA_VERSION = 1
 
+#: How a prepare partitioned its rows into transactions (``metadata["partitioning"]``, and
+#: the ledger's record of it, which a loss repair follows): each Spark partition owning a
+#: fixed set of Kafka partitions, or Spark's hash of the key (or of the whole record).
+ALIGNED = "kafka-aligned"
+HASH = "hash"
+PARTITIONINGS = (ALIGNED, HASH)
+
 
 @dataclass(frozen=True)
 class Manifest:
@@ -35,6 +42,11 @@ class Manifest:
     @property
     def is_empty(self) -> bool:
         return self.source_rows == 0
+
+    @property
+    def partitioning(self) -> str | None:
+        """:data:`ALIGNED` or :data:`HASH`; None from a prepare that did not say."""
+        return self.metadata.get("partitioning")
 
     def to_dict(self) -> dict[str, Any]:
         return {

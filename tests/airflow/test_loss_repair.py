@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from airflow_provider_kafka2pc.coordination.decision import assess, earliest_deadline_ms
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
@@ -336,6 +337,67 @@ def test_flink_data_loss_scenario_is_repaired_exactly_once(
     )
     assert [e["committed"] for e in dagtest.asset_events(export_asset(topic).uri)] == [rows]
     print(f"flink scenario repaired: {seconds:.1f} s for the run, lost {lost_rows} rows")
+
+
+class CommitAfterPartitionsWereAdded(KafkaTransactionCommitOperator):
+    """Commits partition 0, waits until the broker aborted the others, adds a partition to
+    the topic (3 -> 4: no longer a multiple of the 3 Spark partitions), then commits."""
+
+    topic_name: ClassVar[str]
+    seen: ClassVar[dict[str, Any]] = {}
+
+    def commit(self, context, coordinator):
+        parts = coordinator.ledger.participants(self.export_id, self.run_key)
+        self.seen["prepared"] = [p.committable for p in parts]
+        self.seen["batch"] = coordinator.batch(self.export_id, self.run_key)
+        coordinator.commit_participants(self.export_id, self.run_key, parts[:1])
+        settings = settings_of(self)
+        wait_aborted_by_broker(settings, [p.transactional_id for p in parts[1:]], 60)
+        admin = AdminClient({"bootstrap.servers": settings["bootstrap.servers"]})
+        admin.create_partitions([NewPartitions(self.topic_name, 4)])[self.topic_name].result(30)
+        return super().commit(context, coordinator)
+
+
+def test_a_repair_after_partitions_were_added_partitions_as_its_prepare_did(
+    export_dag, run_export, make_topic, protocol, bootstrap, ledger
+):
+    """The prepare aligned its 3 transactions with the topic's 3 partitions; by the repair
+    the topic has 4, which a prepare would now partition by hash. Deciding afresh, the
+    repair moved rows between transactions (refused by the counts, or, were they equal,
+    writing rows another transaction had committed). It follows the ledger's record."""
+    topic = make_topic(3)
+    rows = 300
+    CommitAfterPartitionsWereAdded.topic_name = topic
+    dag = export_dag(
+        topic=topic,
+        rows=rows,
+        num_partitions=3,
+        transaction_timeout_ms=EXPORT_TIMEOUT_MS,
+        commit_margin_s=1.0,
+        operator_classes={"commit": CommitAfterPartitionsWereAdded},
+    )
+    result = run_export(dag, day=9)
+
+    assert result.state == "success", result
+    seen = CommitAfterPartitionsWereAdded.seen
+    decided, prepared = seen["batch"], seen["prepared"]
+    assert decided.partitioning == "kafka-aligned"
+    committed = result.xcom("commit")
+    assert [r["partition"] for r in committed["repaired"]] == [1, 2], committed
+    assert committed["records"] == rows and committed["state"] == "COMMITTED"
+    with ledger.open() as store:
+        parts = store.participants(decided.export_id, decided.run_key)
+    assert [p.committable.record_count for p in parts] == [c.record_count for c in prepared]
+    assert parts[1].committable != prepared[1] and parts[2].committable != prepared[2]
+    assert_exactly_once(
+        protocol,
+        bootstrap,
+        topic,
+        *prepared,
+        *[p.committable for p in parts[1:]],
+        committed=rows,
+        aborted=sum(c.record_count for c in prepared[1:]),
+    )
 
 
 class CommitAfterTheSourceChanged(KafkaTransactionCommitOperator):

@@ -124,6 +124,7 @@ def batch(
         verdict=verdict,
         verdict_reason=None if verdict is None else "decided",
         source_rows=source_rows,
+        partitioning="hash",
         created_at=changed,
         updated_at=changed,
         decided_at=changed if verdict is not None else None,
