@@ -341,10 +341,16 @@ LEDGER_URL_ENV = "KAFKA2PC_LEDGER_URL"
 def _open_ledger(url: str | None, from_argv: bool) -> tuple[Any, str]:
     """The existing ledger at ``url``, never a new one: a mistyped SQLite path would
     otherwise give an empty ledger, in which every open transaction looks abandoned."""
+    from .ledger import Ledger
+
+    url, shown = _existing_ledger_url(url, from_argv)
+    return Ledger(url, migrate=False), shown
+
+
+def _existing_ledger_url(url: str | None, from_argv: bool) -> tuple[str, str]:
+    """``url`` checked (a database URL; for SQLite an existing file), and as shown."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
-
-    from .ledger import Ledger
 
     if not url:
         raise ConfigurationError(f"--ledger-url is required (or set {LEDGER_URL_ENV})")
@@ -362,7 +368,29 @@ def _open_ledger(url: str | None, from_argv: bool) -> tuple[Any, str]:
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
         raise ConfigurationError(f"no ledger at {shown}: the SQLite file does not exist")
-    return Ledger(url, migrate=False), shown
+    return url, shown
+
+
+def _cmd_ledger_upgrade(args: argparse.Namespace) -> int:
+    from .ledger import database
+
+    url, shown = _existing_ledger_url(
+        args.ledger_url or os.environ.get(LEDGER_URL_ENV), args.ledger_url is not None
+    )
+    engine = database.open_engine(database.normalise_url(url))
+    try:
+        was = database.schema_revision(engine)
+        if was is None:
+            raise ConfigurationError(
+                f"no kafka2pc ledger at {shown} (no schema revision recorded): nothing was "
+                "changed; the first export task creates it"
+            )
+        database.migrate(engine)
+        now = database.schema_revision(engine)
+    finally:
+        engine.dispose()
+    print(json.dumps({"ledger": shown, "from": was, "to": now}))
+    return 0
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
@@ -439,6 +467,7 @@ def _parser() -> argparse.ArgumentParser:
         _add_audit,
         _add_txn,
         _add_recover,
+        _add_ledger,
         _add_acls,
     ):
         add(commands)
@@ -631,6 +660,21 @@ def _add_recover(commands: Any) -> None:
         type=float,
         default=defaults.FINISH_DEADLINE_S,
         help="give up retrying one commit/abort/fence after this long (default %(default)s)",
+    )
+
+
+def _add_ledger(commands: Any) -> None:
+    ledger = _group(commands, "ledger", "the coordinator ledger's schema")
+    sub = _plain_command(
+        ledger,
+        "upgrade",
+        _cmd_ledger_upgrade,
+        "migrate an existing ledger to the schema this provider reads (export tasks do it "
+        "when they open the ledger; the Kafka exports page and `recover` only read it)",
+    )
+    sub.add_argument(
+        "--ledger-url",
+        help=f"the ledger's SQLAlchemy URL (default ${LEDGER_URL_ENV}); an existing ledger only",
     )
 
 

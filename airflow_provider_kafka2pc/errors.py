@@ -140,6 +140,11 @@ class PrefixOwnedError(LedgerError, ConfigurationError):
     """The transactional-id prefix belongs to another export (or overlaps one of its prefixes)."""
 
 
+class LedgerSchemaError(LedgerError, ConfigurationError):
+    """The ledger's schema is not the one this provider reads: older (upgrade the ledger:
+    ``kafka2pc ledger upgrade``, or any export task) or newer (upgrade the provider)."""
+
+
 # -- the coordinator's second phase ------------------------------------------------------------
 
 
@@ -207,6 +212,7 @@ __all__ = [
     "IllegalTransitionError",
     "Kafka2pcError",
     "LedgerError",
+    "LedgerSchemaError",
     "NotFoundError",
     "NothingPreparedError",
     "ParticipantLostError",

@@ -7,6 +7,7 @@ own). Races run in threads and in separate processes.
 from __future__ import annotations
 
 import itertools
+import json
 import multiprocessing
 import os
 import threading
@@ -25,6 +26,7 @@ from airflow_provider_kafka2pc.errors import (
     ConfigurationError,
     ConflictError,
     IllegalTransitionError,
+    LedgerSchemaError,
     NotFoundError,
     PrefixOwnedError,
 )
@@ -41,6 +43,7 @@ from airflow_provider_kafka2pc.ledger import (
 from airflow_provider_kafka2pc.ledger.schema import VERSION_TABLE, metadata
 from airflow_provider_kafka2pc.transaction.committable import Committable, PartitionRange
 
+from .conftest import cli
 from .postgres_support import SKIP_POSTGRES_ENV, fresh_schema, postgres_url
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -559,10 +562,14 @@ def test_default_url_lives_under_airflow_home(
 
 
 def _schema_state(url: str) -> tuple[list[str], list[str]]:
-    with Ledger(url, migrate=False) as ledger, ledger._engine.connect() as conn:
-        tables = sorted(inspect(conn).get_table_names())
-        versions = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalars()
-        return tables, list(versions)
+    engine = database.open_engine(database.normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            tables = sorted(inspect(conn).get_table_names())
+            versions = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalars()
+            return tables, list(versions)
+    finally:
+        engine.dispose()
 
 
 def test_migrations_are_idempotent(db_url: str) -> None:
@@ -574,23 +581,48 @@ def test_migrations_are_idempotent(db_url: str) -> None:
     assert _schema_state(db_url) == first
 
 
-def test_a_ledger_of_the_first_schema_is_upgraded_in_place(db_url: str) -> None:
-    """0001 -> head keeps the batches; one prepared before 0002 has no partitioning on
-    record (its repair decides it afresh, as repairs did then)."""
-    with Ledger(db_url, migrate=False) as old:
-        database.migrate(old._engine, "0001")
-        with old._engine.begin() as conn:
+def test_a_ledger_of_the_first_schema_is_refused_by_readers_until_upgraded(db_url: str) -> None:
+    """A provider upgraded over a ledger at 0001: the page and ``recover`` (which only read)
+    refuse it by name instead of failing on a missing column; ``kafka2pc ledger upgrade``
+    (or any export task) migrates it, keeping the batches; one prepared before 0002 has no
+    partitioning on record (its repair decides it afresh, as repairs did then)."""
+    engine = database.open_engine(database.normalise_url(db_url))
+    try:
+        database.migrate(engine, "0001")
+        with engine.begin() as conn:
             conn.exec_driver_sql(
                 "INSERT INTO kafka2pc_batches (export_id, run_key, attempt, state, topic, "
                 "id_prefix, num_partitions, transactional_ids, source_rows, created_at, "
                 "updated_at) VALUES ('old', 'r', 1, 'PREPARED', 't', 'old', 1, '[\"old-0\"]', "
                 "3, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
             )
+    finally:
+        engine.dispose()
+    with pytest.raises(LedgerSchemaError, match=rf"revision 0001, this provider reads {HEAD}"):
+        Ledger(db_url, migrate=False)
+    refused = cli("recover", "--export-id", "old", "--ledger-url", db_url, "-b", "127.0.0.1:1")
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert "kafka2pc ledger upgrade" in refused.stdout, refused.stdout
     assert _schema_state(db_url)[1] == ["0001"]
-    with Ledger(db_url) as ledger:
+
+    done = cli("ledger", "upgrade", "--ledger-url", db_url)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert json.loads(done.stdout.splitlines()[-1])["from"] == "0001"
+    with Ledger(db_url, migrate=False) as ledger:
         batch = ledger.get("old", "r")
     assert (batch.state, batch.source_rows, batch.partitioning) == (BatchState.PREPARED, 3, None)
     assert _schema_state(db_url)[1] == [HEAD]
+
+
+def test_a_ledger_newer_than_the_provider_is_refused(ledger: Ledger, db_url: str) -> None:
+    """Migrated by a newer provider: this one neither migrates nor reads it."""
+    with ledger._engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")
+    for migrate in (True, False):
+        with pytest.raises(LedgerSchemaError, match="newer than this provider's"):
+            Ledger(db_url, migrate=migrate)
+    nothing = cli("ledger", "upgrade", "--ledger-url", db_url)
+    assert nothing.returncode == 2 and "newer than" in nothing.stdout, nothing.stdout
 
 
 # -- other processes --------------------------------------------------------------------------

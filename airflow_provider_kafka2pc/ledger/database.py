@@ -12,8 +12,13 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Connection, Engine, create_engine, event, func, select
 from sqlalchemy.engine import make_url
+
+from ..errors import LedgerSchemaError
+from .schema import VERSION_TABLE
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -105,15 +110,59 @@ def advisory_lock(conn: Connection, key: int) -> None:
         conn.execute(select(func.pg_advisory_xact_lock(key)))
 
 
+def _alembic() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
+    return config
+
+
+def _revisions() -> list[str]:
+    """Every schema revision this provider ships, newest first."""
+    return [script.revision for script in ScriptDirectory.from_config(_alembic()).walk_revisions()]
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The database's ledger schema revision; None where no ledger was ever migrated."""
+    with engine.connect() as conn:
+        return _current(conn)
+
+
+def _current(conn: Connection) -> str | None:
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def check_revision(current: str | None, at: str) -> None:
+    """Refuse a ledger schema this provider does not read: an older one is upgraded by
+    ``kafka2pc ledger upgrade`` (or any export task, which migrates on opening), a newer
+    one needs the newer provider on every worker, scheduler and API server alike."""
+    revisions = _revisions()
+    if current is None or current == revisions[0]:
+        return
+    if current in revisions:
+        raise LedgerSchemaError(
+            f"the ledger at {at} has schema revision {current}, this provider reads "
+            f"{revisions[0]}: upgrade it with `kafka2pc ledger upgrade` (or run any export, "
+            "whose tasks migrate it); nothing was read"
+        )
+    raise LedgerSchemaError(
+        f"the ledger at {at} has schema revision {current}, newer than this provider's "
+        f"{revisions[0]}: a newer provider migrated it; install that version here too"
+    )
+
+
 def migrate(engine: Engine, revision: str = "head") -> None:
     """``alembic upgrade <revision>`` in one transaction; a no-op when already there.
 
     Concurrent callers queue (SQLite's write lock, a PostgreSQL advisory lock) and the
-    later ones find the schema at head.
+    later ones find the schema at head. A schema newer than this provider's is refused
+    (:class:`~..errors.LedgerSchemaError`), not left to Alembic's "can't locate revision".
     """
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
+    config = _alembic()
     with writing(engine) as conn:
         advisory_lock(conn, LOCK_MIGRATE)
+        current = _current(conn)
+        if current is not None and current not in _revisions():
+            check_revision(current, engine.url.render_as_string())
         config.attributes["connection"] = conn
         command.upgrade(config, revision)

@@ -127,8 +127,15 @@ class Ledger:
     def __init__(self, url: str, *, migrate: bool = True) -> None:
         self._url = database.normalise_url(url)
         self._engine = database.open_engine(self._url)
-        if migrate:
-            database.migrate(self._engine)
+        try:
+            if migrate:
+                database.migrate(self._engine)
+            else:  # read as it is: only a schema this code knows how to read
+                at = self._url.render_as_string()
+                database.check_revision(database.schema_revision(self._engine), at)
+        except BaseException:
+            self._engine.dispose()
+            raise
 
     default_url = staticmethod(database.default_url)
 

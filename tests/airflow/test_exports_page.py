@@ -259,7 +259,9 @@ def write_batch(ledger: Ledger, settings: dict[str, Any], topic: str, run_key: s
         records = [(f"{run_key}-{i}-{n}".encode(), b"{}") for n in range(ROWS // 2)]
         writer = TransactionalWriter(settings, tid, transaction_timeout_ms=600_000)
         committables.append(writer.write(topic, records))
-    ledger.record_prepared(EXPORT_ID, run_key, committables, source_rows=ROWS)
+    ledger.record_prepared(
+        EXPORT_ID, run_key, committables, source_rows=ROWS, partitioning="kafka-aligned"
+    )
     return committables
 
 
@@ -350,6 +352,8 @@ def test_page_shows_batches_and_recovers_the_one_in_doubt(
             assert "in-doubt" in doubt.get_attribute("class")
             assert "recover now: finish COMMIT" in doubt.inner_text()
             assert "min" in doubt.locator("td").nth(7).inner_text()  # before the timeout
+            records = doubt.locator("td").nth(6).inner_text()
+            assert records.endswith(f"of {ROWS} rows, kafka-aligned"), records
             assert "in-doubt" not in export.locator(
                 f'tr.batch[data-run-key="{RUN_COMMITTED}"]'
             ).get_attribute("class")
