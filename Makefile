@@ -23,16 +23,20 @@ OLDEST_VENV := .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 OLDEST_CONSTRAINTS := .ci/airflow-oldest-constraints.txt
 # What proves the provider on that release, in a few minutes: provider discovery and the
-# example DAG, the dag.test() happy path and re-run, the verdict (and the XCom-only copy without
-# a task state store), a decision retried after its verdict and a failing prepare, recovery by
-# the sensor and by its deferred trigger, and a run under a real scheduler.
+# example DAG, `make demo` run twice, the dag.test() happy path and re-run, the verdict (and
+# the XCom-only copy without a task state store), a decision retried after its verdict and a
+# failing prepare, recovery by the sensor and by its deferred trigger, OpenLineage, and a
+# scheduled run and a backfill under a real scheduler.
 OLDEST_TESTS := tests/airflow/test_provider.py tests/airflow/test_example_dag.py \
+	tests/test_cli.py::test_demo_proves_exactly_once_then_writes_nothing_again \
 	tests/airflow/test_export_happy.py tests/airflow/test_verdict.py \
 	tests/airflow/test_export_faults.py::test_decision_retried_after_dying_keeps_the_recorded_verdict \
 	tests/airflow/test_export_faults.py::test_failing_prepare_aborts_fences_its_ids_and_fails_the_run \
 	tests/airflow/test_recovery.py::test_sensor_resolves_dangling_batches_by_verdict_and_leaves_live_ones \
 	tests/airflow/test_recovery.py::test_deferred_sensor_recovers_in_its_trigger \
-	tests/airflow/test_scheduler.py::test_scheduled_run_is_exactly_once
+	tests/airflow/test_openlineage.py \
+	tests/airflow/test_scheduler.py::test_scheduled_run_is_exactly_once \
+	tests/airflow/test_scheduler.py::test_backfill_of_three_intervals_two_at_a_time
 
 $(OLDEST_STAMP): pyproject.toml $(OLDEST_CONSTRAINTS)
 	test -n "$(OLDEST_AIRFLOW)" || { echo "no apache-airflow>= lower bound in pyproject.toml"; exit 1; }

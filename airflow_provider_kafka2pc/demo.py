@@ -150,18 +150,22 @@ class Redirected:
 
 
 def load_example_dag() -> Any:
-    """Migrate the metadata DB (idempotent) and parse ``dags/``: the example DAG."""
+    """Migrate the metadata DB (idempotent), parse ``dags/`` and serialize it into the DB
+    (``dag.test()`` of Airflow 3.1 refuses a DAG that is not): the example DAG."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.utils.db import upgradedb
 
     try:  # Airflow 3.2+
-        from airflow.dag_processing.dagbag import DagBag
+        from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
     except ImportError:  # Airflow 3.1
-        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
+        from airflow.models.dagbag import DagBag, sync_bag_to_db  # type: ignore[no-redef]
 
     upgradedb()
+    DagBundlesManager().sync_bundles_to_db()
     bag = DagBag(dag_folder=str(DAGS_FOLDER))
     if bag.import_errors:
         raise SystemExit(f"the example DAG does not import: {bag.import_errors}")
+    sync_bag_to_db(bag, "dags-folder", None)
     return bag.dags[DAG_ID]
 
 
