@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import time
@@ -116,9 +117,12 @@ def _alembic() -> Config:
     return config
 
 
-def _revisions() -> list[str]:
-    """Every schema revision this provider ships, newest first."""
-    return [script.revision for script in ScriptDirectory.from_config(_alembic()).walk_revisions()]
+@functools.cache
+def _revisions() -> tuple[str, ...]:
+    """Every schema revision this provider ships, newest first (read once per process:
+    the ledger is opened by every task, the page on every request)."""
+    scripts = ScriptDirectory.from_config(_alembic())
+    return tuple(script.revision for script in scripts.walk_revisions())
 
 
 def schema_revision(engine: Engine) -> str | None:
@@ -132,14 +136,17 @@ def _current(conn: Connection) -> str | None:
     return context.get_current_revision()
 
 
-def check_revision(current: str | None, at: str) -> None:
+def check_revision(current: str | None, at: str, *, upgrading: bool = False) -> None:
     """Refuse a ledger schema this provider does not read: an older one is upgraded by
-    ``kafka2pc ledger upgrade`` (or any export task, which migrates on opening), a newer
-    one needs the newer provider on every worker, scheduler and API server alike."""
+    ``kafka2pc ledger upgrade`` (or any export task, which migrates on opening; so while
+    ``upgrading`` it is fine), a newer one needs the newer provider on every worker,
+    scheduler and API server alike."""
     revisions = _revisions()
     if current is None or current == revisions[0]:
         return
     if current in revisions:
+        if upgrading:
+            return
         raise LedgerSchemaError(
             f"the ledger at {at} has schema revision {current}, this provider reads "
             f"{revisions[0]}: upgrade it with `kafka2pc ledger upgrade` (or run any export, "
@@ -161,8 +168,6 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     config = _alembic()
     with writing(engine) as conn:
         advisory_lock(conn, LOCK_MIGRATE)
-        current = _current(conn)
-        if current is not None and current not in _revisions():
-            check_revision(current, engine.url.render_as_string())
+        check_revision(_current(conn), engine.url.render_as_string(), upgrading=True)
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
