@@ -158,16 +158,14 @@ def prepare_dataframe(
     started = time.time()
     keys_required = require_keys if require_keys is not None else key_column is not None
     recorded = repair.partitioning if repair else None
-    if recorded is not None:
-        _check_topic(producer_config, topic)
-        alignment, why_hash = recorded_alignment(spark, recorded, len(ids)), None
-    elif align_with_kafka:  # needs the topic's partitions before the plan
+    if recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
         alignment, why_hash = kafka_alignment(spark, producer_config, topic, len(ids), key_column)
         if why_hash is not None:
             log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
-    else:
+    else:  # by hash as asked, or a repair as its prepare did, whatever the topic is now
         _check_topic(producer_config, topic)
-        alignment, why_hash = None, None
+        alignment = None if recorded is None else recorded_alignment(spark, recorded, len(ids))
+        why_hash = None
     prepared = partitioned_input(
         df,
         len(ids),
