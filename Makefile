@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers clean
+.PHONY: demo docs test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,spark]'
+	$(BIN)/pip install --quiet -e '.[test,spark,docs]'
 	# The Spark provider pulls pyspark-client, which overwrites pyspark's Python files
 	# (pip check does not notice): put the full pyspark back on top.
 	$(BIN)/pip install --quiet --force-reinstall --no-deps pyspark==4.3.0
@@ -70,6 +70,10 @@ test: $(STAMP)
 # Options: SOAK_ARGS, e.g. make soak SOAK_ARGS="--seed 2026 --intervals 45".
 soak: $(STAMP)
 	$(BIN)/python -m tests.soak $(SOAK_ARGS)
+
+# The documentation site, warnings as errors: docs/_build/html/index.html.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
