@@ -276,7 +276,7 @@ def test_refusals_come_before_any_transaction_opens(
     for case, (wire, error, says) in _refused_cases(registry, topic).items():
         leased = ids(2)
         keyed = "tombstone without a key" not in case
-        with pytest.raises(error, match=says) as refused:
+        with pytest.raises(error, match=says):
             prepare_dataframe(
                 orders(spark, 100).drop("note") if "column" in case else orders(spark, 100),
                 topic=topic,
@@ -285,7 +285,6 @@ def test_refusals_come_before_any_transaction_opens(
                 key_column="id" if keyed else None,
                 wire=wire,
             )
-        assert "nothing was written" in str(refused.value) or "column" in str(refused.value)
         nothing_opened(protocol, topic, leased)
 
 
@@ -394,7 +393,9 @@ def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, m
         "id",
         f"CASE WHEN id % 10 = 0 THEN NULL ELSE {base} + id * 1000 END AS ms",
     )
-    frame = frame.withColumn("at", F.timestamp_millis("ms"))
+    frame = frame.withColumn("at", F.timestamp_millis("ms")).withColumn(
+        "origin", F.when(F.col("id") % 2 == 0, F.lit("even"))
+    )
     for column in ("at", "ms"):
         topic = make_topic(2)
         before = int(time.time() * 1000)
@@ -404,6 +405,7 @@ def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, m
             transactional_ids=ids(2),
             producer_config=settings,
             key_column="id",
+            header_columns=["origin"] if column == "at" else [],
             wire=WireOptions(timestamp_column=column),
         )
         commit(protocol, batch)
@@ -413,6 +415,8 @@ def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, m
             kind, stamp = message.timestamp()
             assert kind == TIMESTAMP_CREATE_TIME
             i = int(message.key())
+            if column == "at":  # headers and timestamps together
+                assert message.headers() == ([("origin", b"even")] if i % 2 == 0 else None)
             if i % 10:
                 assert stamp == base + i * 1000, (column, i)
             else:
