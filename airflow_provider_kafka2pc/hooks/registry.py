@@ -59,7 +59,6 @@ class SchemaRegistryHook(BaseHook):
         settings: dict[str, Any] = dict(conn.extra_dejson or {})
         settings["url"] = _url(conn.host or "", conn.schema, conn.port)
         if conn.login:
-            settings["basic.auth.credentials.source"] = "USER_INFO"
             settings["basic.auth.user.info"] = f"{conn.login}:{conn.password or ''}"
         try:
             client_settings(settings)

@@ -31,7 +31,6 @@ CLIENT_SETTINGS = frozenset(
     {
         "url",
         "basic.auth.user.info",
-        "basic.auth.credentials.source",
         "ssl.ca.location",
         "ssl.certificate.location",
         "ssl.key.location",
@@ -232,6 +231,12 @@ def resolve(
     where = registry_address(settings)
     try:
         registry = client or SchemaRegistryClient(client_settings(settings))
+    except (ValueError, TypeError) as exc:  # the client's own check of its settings
+        raise ConfigurationError(
+            f"the schema registry settings for {where} are refused by SchemaRegistryClient: "
+            f"{type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
+    try:
         wanted = Schema(schema, SchemaType.AVRO.value)
         if auto_register:
             schema_id = registry.register_schema(subject, wanted)
@@ -239,8 +244,6 @@ def resolve(
             schema_id = registry.lookup_schema(subject, wanted).schema_id
     except SchemaRegistryError as exc:
         raise _refusal(exc, subject, where, auto_register) from None
-    except ConfigurationError:
-        raise
     except Exception as exc:  # httpx / OS errors: nothing answered
         raise SchemaRegistryUnreachableError(
             f"the schema registry at {where} did not answer ({type(exc).__name__}); "
