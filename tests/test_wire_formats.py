@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -52,21 +54,56 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+IVY = HOME / "spark-ivy"
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    """A local session with Spark's Avro package, resolved from Maven Central once."""
+    """A local session with Spark's Avro package, resolved from Maven Central once.
+
+    ``spark.jars.packages`` only applies when this session starts the JVM; when another
+    test module of this process started it first, the package's jars (resolved into the
+    Ivy cache by a short-lived session of their own) are added with ``ADD JAR``.
+    """
     os.environ.update(PYTHON_ENV)
     builder = SparkSession.builder.master("local[2]")
     for key, value in QUIET_CONF.items():
         builder = builder.config(key, value)
     session = (
         builder.config("spark.jars.packages", AVRO_PACKAGE)
-        .config("spark.jars.ivy", str(HOME / "spark-ivy"))
+        .config("spark.jars.ivy", str(IVY))
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
+    if not _has_avro(session):
+        for jar in _avro_jars():
+            session.sql(f"ADD JAR '{jar}'")
+        assert _has_avro(session), "Spark's Avro package could not be loaded"
     yield session
     session.stop()
+
+
+def _has_avro(session: SparkSession) -> bool:
+    from airflow_provider_kafka2pc.spark.avro import _jvm_class
+
+    try:
+        _jvm_class(session, "org.apache.spark.sql.avro.CatalystDataToAvro")
+    except ConfigurationError:
+        return False
+    return True
+
+
+def _avro_jars() -> list[Path]:
+    """The Avro package's jars from the Ivy cache, resolved first in a JVM of their own."""
+    jars = IVY / "jars"
+    if not list(jars.glob("*spark-avro_2.13-*.jar")):
+        code = (
+            "from pyspark.sql import SparkSession; SparkSession.builder.master('local[1]')"
+            f".config('spark.jars.packages', {AVRO_PACKAGE!r})"
+            f".config('spark.jars.ivy', {str(IVY)!r}).getOrCreate().stop()"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+    return sorted(jars.glob("*.jar"))
 
 
 def ids(count: int) -> list[str]:
