@@ -253,6 +253,18 @@ def _refused_cases(registry: str, topic: str) -> dict[str, tuple[WireOptions, ty
             "fields": [{"name": "id", "type": "long"}, {"name": "customer", "type": "int"}],
         }
     )
+    strict = json.dumps(
+        {
+            "type": "record",
+            "name": "Strict",
+            "fields": [
+                {"name": "id", "type": "long"},
+                {"name": "customer", "type": "string"},
+                {"name": "amount", "type": "double"},
+                {"name": "note", "type": "string"},
+            ],
+        }
+    )
     closed = f"http://127.0.0.1:{_closed_port()}"
     return {
         "incompatible": (
@@ -269,6 +281,14 @@ def _refused_cases(registry: str, topic: str) -> dict[str, tuple[WireOptions, ty
             WireOptions(registry={"url": registry}, value_format=RegistryFormat(schema=wrong_type)),
             ConfigurationError,
             "cannot be written with the Avro schema",
+        ),
+        "a null where the schema allows none": (
+            WireOptions(
+                registry={"url": registry},
+                value_format=RegistryFormat(schema=strict, subject_name_strategy="record_name"),
+            ),
+            ConfigurationError,
+            "column 'note' is null in some rows",
         ),
         "not registered, no auto-register": (
             WireOptions(
@@ -307,7 +327,9 @@ def test_refusals_come_before_any_transaction_opens(
     spark, registry, settings, protocol, make_topic
 ):
     """An incompatible schema (the registry refuses it), an unreachable registry, a column
-    the schema cannot carry, a schema not registered, a bad tombstone or timestamp option:
+    the schema cannot carry (a type on the driver; a null in a non-null field in the
+    shuffle's map stage, before any writing task), a schema not registered, a bad tombstone
+    or timestamp option:
     each a clear error, no record written and no transactional id ever initialised."""
     topic = make_topic(2)
     for case, (wire, error, says) in _refused_cases(registry, topic).items():

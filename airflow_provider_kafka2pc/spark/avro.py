@@ -13,6 +13,8 @@ and before anything opens, that the columns can be written with it (Spark's
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -72,6 +74,33 @@ def check_encodable(spark: SparkSession, data_type: T.DataType, schema: str, rol
             f"the {role} columns cannot be written with the Avro schema: {_java_message(exc)}; "
             "nothing was written"
         ) from None
+
+
+def non_null_fields(data_type: T.DataType, schema: str) -> list[str]:
+    """Top-level fields nullable in Spark whose Avro field has no ``null`` branch.
+
+    Spark's ``AvroSerializer`` only warns about such a pair and fails on the first null, in
+    a writing task: the caller guards them in the shuffle's map stage instead.
+    """
+    if not isinstance(data_type, T.StructType):
+        return []
+    parsed = json.loads(schema)
+    if not isinstance(parsed, dict) or parsed.get("type") != "record":
+        return []
+    avro = {f.get("name"): f.get("type") for f in parsed.get("fields", [])}
+
+    def allows_null(avro_type: object) -> bool:
+        if isinstance(avro_type, list):
+            return any(allows_null(t) for t in avro_type)
+        if isinstance(avro_type, dict):
+            return avro_type.get("type") == "null"
+        return avro_type == "null"
+
+    return [
+        f.name
+        for f in data_type.fields
+        if f.nullable and f.name in avro and not allows_null(avro[f.name])
+    ]
 
 
 def encode(column: Column, schema: str, header: bytes) -> Column:

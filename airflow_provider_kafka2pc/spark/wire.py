@@ -24,10 +24,12 @@ from ..transaction.registry import (
     resolve,
     subject_name,
 )
-from .avro import check_encodable, derive_schema, encode
+from .avro import check_encodable, derive_schema, encode, non_null_fields
 
 #: Starts the error a bad record timestamp raises in the shuffle's map stage.
 BAD_TIMESTAMP_MARK = "kafka2pc bad timestamp"
+#: Starts the error a null in a field the Avro schema declares non-null raises there.
+NULL_FIELD_MARK = "kafka2pc null field"
 _TIMESTAMP_TYPES = (T.TimestampType, T.LongType)
 
 
@@ -124,7 +126,23 @@ def resolve_schemas(
 
 
 def registry_value(df: DataFrame, value_column: str | None, schema: RegisteredSchema) -> Column:
-    return encode(value_input(df, value_column)[0], schema.schema, schema.header)
+    """The encoded value; a null in a field the schema declares non-null fails the
+    shuffle's map stage (:data:`NULL_FIELD_MARK`), before any writing task starts."""
+    column, data_type = value_input(df, value_column)
+    value = encode(column, schema.schema, schema.header)
+    for name in non_null_fields(data_type, schema.schema):
+        field_value = F.col(name) if value_column is None else F.col(value_column)[name]
+        value = F.when(
+            field_value.isNull(),
+            F.raise_error(
+                F.lit(
+                    f"{NULL_FIELD_MARK}: column {name!r} is null in some rows but the Avro "
+                    "schema's field has no null branch (filter or fill the nulls, or make "
+                    "the field a union with null)"
+                )
+            ),
+        ).otherwise(value)
+    return value
 
 
 def registry_key(key_column: str, schema: RegisteredSchema) -> Column:
@@ -178,10 +196,12 @@ def timestamp_value(df: DataFrame, name: str) -> Column:
 
 
 def bad_timestamp_refusal(exc: Exception) -> ConfigurationError | None:
-    """The error to raise when ``exc`` is a bad record timestamp found in the map stage."""
+    """The error to raise when ``exc`` is a bad record timestamp, or a null where the
+    Avro schema allows none, found in the shuffle's map stage."""
     text = str(exc)
-    at = text.find(BAD_TIMESTAMP_MARK)
-    if at < 0:
-        return None
-    said = text[at:].splitlines()[0]
-    return ConfigurationError(f"{said}; nothing was written")
+    for mark in (BAD_TIMESTAMP_MARK, NULL_FIELD_MARK):
+        at = text.find(mark)
+        if at >= 0:
+            said = text[at:].splitlines()[0]
+            return ConfigurationError(f"{said}; nothing was written")
+    return None
