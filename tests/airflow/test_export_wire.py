@@ -104,3 +104,19 @@ def test_registry_avro_tombstones_and_timestamps_through_the_task_group(
     out, err = capfd.readouterr()
     assert "Spark-Submit cmd" in out + err
     assert secret not in out + err
+
+
+def test_a_bad_registry_format_is_refused_when_the_dag_is_defined(export_env, make_topic):
+    from airflow_provider_kafka2pc.errors import ConfigurationError
+    from tests.airflow import dagtest
+
+    with pytest.raises(ConfigurationError, match="subject_name_strategy 'topic'"):
+        dagtest.export_dag(
+            "bad_format",
+            topic=make_topic(1),
+            registry_conn_id=REGISTRY_CONN_ID,
+            value_format={"subject_name_strategy": "topic"},
+        )
+    with pytest.raises(ConfigurationError, match=r"unknown registry format option\(s\) \['name'\]"):
+        dagtest.export_dag("bad_format2", topic=make_topic(1), key_format={"name": "Order"})
+    assert not export_env.path.exists()  # the ledger was never opened
