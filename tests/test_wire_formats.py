@@ -239,6 +239,58 @@ def test_a_given_schema_under_the_record_name_strategy(
     assert all(d["customer"] == f"customer-{d['id'] % 97}" for d in decoded)
 
 
+def test_json_schema_values_read_back_through_the_registry(
+    spark, registry, settings, bootstrap, protocol, make_topic
+):
+    """JSON Schema fits the same shape: the header, then Spark's ``to_json``. The derived
+    schema (``<topic>-value``) and a given one named by its title (``record_name``): every
+    record passes JSONDeserializer, which validates it against the registered schema."""
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+    source = orders(spark, 500)
+    given = json.dumps(
+        {
+            "title": "shop.OrderJson",
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "customer": {"type": "string"}},
+            "required": ["id", "customer"],
+        }
+    )
+    client = SchemaRegistryClient({"url": registry})
+    for fmt, subject in (
+        (RegistryFormat(schema_type="JSON"), "{topic}-value"),
+        (
+            RegistryFormat(schema_type="JSON", schema=given, subject_name_strategy="record_name"),
+            "shop.OrderJson",
+        ),
+    ):
+        topic = make_topic(2)
+        batch = prepare_dataframe(
+            source,
+            topic=topic,
+            transactional_ids=ids(2),
+            producer_config=settings,
+            key_column="id",
+            wire=WireOptions(registry={"url": registry}, value_format=fmt),
+        )
+        commit(protocol, batch)
+        assert_exactly_once(
+            protocol, bootstrap, topic, *batch.committables, committed=500, aborted=0
+        )
+        schema_id = client.get_latest_version(subject.format(topic=topic)).schema_id
+        decode = JSONDeserializer(None, schema_registry_client=client)
+        rows = {}
+        for message in consume_all(bootstrap, topic, 500):
+            assert message.value()[:5] == wire_header(schema_id)
+            row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
+            rows[row["id"]] = row
+        expected = {
+            r["id"]: {k: v for k, v in r.asDict().items() if v is not None}
+            for r in source.collect()
+        }
+        assert rows == expected
+
+
 def _refused_cases(registry: str, topic: str) -> dict[str, tuple[WireOptions, type, str]]:
     incompatible = json.dumps(
         {"type": "record", "name": "topLevelRecord", "fields": [{"name": "x", "type": "int"}]}

@@ -21,10 +21,11 @@ from ..errors import ConfigurationError
 from ..transaction.registry import (
     RegisteredSchema,
     RegistryFormat,
+    SchemaType,
     resolve,
     subject_name,
 )
-from .avro import check_encodable, derive_schema, encode, non_null_fields
+from . import avro, json_schema
 
 #: Starts the error a bad record timestamp raises in the shuffle's map stage.
 BAD_TIMESTAMP_MARK = "kafka2pc bad timestamp"
@@ -110,15 +111,28 @@ def resolve_schemas(
         wanted["key"] = (options.key_format, field_type(df, key_column, "key"))
     schemas: dict[str, str] = {}
     for role, (fmt, data_type) in wanted.items():
-        schema = fmt.schema or derive_schema(spark, data_type, fmt.record_name, fmt.namespace)
-        check_encodable(spark, data_type, schema, role)
+        if fmt.schema_type == SchemaType.JSON:
+            schema = fmt.schema or json_schema.derive_schema(data_type, fmt.record_name)
+            json_schema.check_encodable(data_type, schema, role)
+        else:
+            schema = fmt.schema or avro.derive_schema(
+                spark, data_type, fmt.record_name, fmt.namespace
+            )
+            avro.check_encodable(spark, data_type, schema, role)
         schemas[role] = schema
     found = {
         role: resolve(
             registry,
-            subject_name(fmt.subject_name_strategy, topic, schemas[role], is_key=role == "key"),
+            subject_name(
+                fmt.subject_name_strategy,
+                topic,
+                schemas[role],
+                is_key=role == "key",
+                schema_type=fmt.schema_type,
+            ),
             schemas[role],
             auto_register=fmt.auto_register,
+            schema_type=fmt.schema_type,
         )
         for role, (fmt, _) in wanted.items()
     }
@@ -129,16 +143,21 @@ def registry_value(df: DataFrame, value_column: str | None, schema: RegisteredSc
     """The encoded value; a null in a field the schema declares non-null fails the
     shuffle's map stage (:data:`NULL_FIELD_MARK`), before any writing task starts."""
     column, data_type = value_input(df, value_column)
-    value = encode(column, schema.schema, schema.header)
-    for name in non_null_fields(data_type, schema.schema):
+    if schema.schema_type == SchemaType.JSON:
+        value = json_schema.encode(column, schema.header)
+        guarded = json_schema.check_encodable(data_type, schema.schema, "value")
+    else:
+        value = avro.encode(column, schema.schema, schema.header)
+        guarded = avro.non_null_fields(data_type, schema.schema)
+    for name in guarded:
         field_value = F.col(name) if value_column is None else F.col(value_column)[name]
         value = F.when(
             field_value.isNull(),
             F.raise_error(
                 F.lit(
-                    f"{NULL_FIELD_MARK}: column {name!r} is null in some rows but the Avro "
-                    "schema's field has no null branch (filter or fill the nulls, or make "
-                    "the field a union with null)"
+                    f"{NULL_FIELD_MARK}: column {name!r} is null in some rows but the "
+                    "schema does not allow it (filter or fill the nulls, or make the field "
+                    "nullable: an Avro union with null, not required in a JSON Schema)"
                 )
             ),
         ).otherwise(value)
@@ -146,7 +165,9 @@ def registry_value(df: DataFrame, value_column: str | None, schema: RegisteredSc
 
 
 def registry_key(key_column: str, schema: RegisteredSchema) -> Column:
-    return encode(F.col(key_column), schema.schema, schema.header)
+    if schema.schema_type == SchemaType.JSON:
+        return json_schema.encode(F.col(key_column), schema.header)
+    return avro.encode(F.col(key_column), schema.schema, schema.header)
 
 
 def tombstone_condition(df: DataFrame, condition: str, key_column: str | None) -> Column:

@@ -52,9 +52,11 @@ DEFAULT_MAX_RETRIES = 1
 
 
 class SchemaType(enum.StrEnum):
-    """The registry's schema types. Only Avro is encoded in the JVM today."""
+    """The registry's schema types we encode in the JVM (Protobuf: docs/wire-formats.md)."""
 
     AVRO = "AVRO"
+    #: JSON Schema: the payload is the JSON Spark's ``to_json`` writes.
+    JSON = "JSON"
 
 
 class SubjectNameStrategy(enum.StrEnum):
@@ -70,14 +72,17 @@ class SubjectNameStrategy(enum.StrEnum):
 
 @dataclass(frozen=True)
 class RegistryFormat:
-    """What the user asks for a value (or key): Avro in the registry's wire format.
+    """What the user asks for a value (or key): Avro (or JSON Schema) in the registry's
+    wire format.
 
-    :param schema: an Avro schema (JSON text); None: derived from the DataFrame's columns.
+    :param schema: an Avro schema, or a JSON Schema with ``schema_type="JSON"`` (JSON
+        text); None: derived from the DataFrame's columns.
     :param subject_name_strategy: one of :class:`SubjectNameStrategy`'s values.
     :param record_name: the derived schema's record name (ignored with ``schema``).
     :param namespace: the derived schema's namespace (ignored with ``schema``).
     :param auto_register: register the schema under the subject (the registry checks its
         compatibility); False: it must already be registered there, else the export fails.
+    :param schema_type: ``AVRO`` (default) or ``JSON`` (JSON Schema).
     """
 
     schema: str | None = None
@@ -95,10 +100,10 @@ class RegistryFormat:
                 f"subject_name_strategy {self.subject_name_strategy!r} is not one of "
                 f"{[s.value for s in SubjectNameStrategy]}"
             ) from None
-        if self.schema_type != SchemaType.AVRO:
+        if self.schema_type not in tuple(SchemaType):
             raise ConfigurationError(
-                f"schema_type {self.schema_type!r}: only AVRO is supported "
-                "(docs/wire-formats.md says why Protobuf and JSON Schema are not yet)"
+                f"schema_type {self.schema_type!r}: one of {[t.value for t in SchemaType]} "
+                "(docs/wire-formats.md says why not Protobuf yet)"
             )
         if self.schema is not None:
             parse_schema(self.schema)
@@ -126,6 +131,7 @@ class RegisteredSchema:
     subject: str
     schema_id: int
     schema: str
+    schema_type: str = SchemaType.AVRO.value
 
     @property
     def header(self) -> bytes:
@@ -145,9 +151,13 @@ def parse_schema(schema: str) -> Any:
         raise ConfigurationError(f"the Avro schema is not valid JSON: {exc}") from None
 
 
-def record_full_name(schema: str) -> str | None:
-    """``namespace.name`` of a named (record, enum, fixed) schema; None for others."""
+def record_full_name(schema: str, schema_type: str = SchemaType.AVRO.value) -> str | None:
+    """``namespace.name`` of a named Avro (record, enum, fixed) schema, a JSON Schema's
+    ``title`` (what Confluent's JSON serializer names the record by); else None."""
     parsed = parse_schema(schema)
+    if schema_type == SchemaType.JSON:
+        title = parsed.get("title") if isinstance(parsed, dict) else None
+        return str(title) if title else None
     if not isinstance(parsed, dict) or "name" not in parsed:
         return None
     name = str(parsed["name"])
@@ -155,12 +165,19 @@ def record_full_name(schema: str) -> str | None:
     return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
-def subject_name(strategy: str, topic: str, schema: str, *, is_key: bool = False) -> str:
+def subject_name(
+    strategy: str,
+    topic: str,
+    schema: str,
+    *,
+    is_key: bool = False,
+    schema_type: str = SchemaType.AVRO.value,
+) -> str:
     """The subject ``strategy`` gives for ``schema`` on ``topic``."""
     chosen = SubjectNameStrategy(strategy)
     if chosen is SubjectNameStrategy.TOPIC_NAME:
         return f"{topic}-{'key' if is_key else 'value'}"
-    full_name = record_full_name(schema)
+    full_name = record_full_name(schema, schema_type)
     if full_name is None:
         raise ConfigurationError(
             f"subject_name_strategy {chosen.value!r} needs a named (record) schema; "
@@ -216,6 +233,7 @@ def resolve(
     schema: str,
     *,
     auto_register: bool = True,
+    schema_type: str = SchemaType.AVRO.value,
     client: Any | None = None,
 ) -> RegisteredSchema:
     """The schema's id under ``subject``: registered (the registry checks compatibility)
@@ -237,7 +255,7 @@ def resolve(
             f"{type(exc).__name__}: {str(exc)[:200]}"
         ) from None
     try:
-        wanted = Schema(schema, SchemaType.AVRO.value)
+        wanted = Schema(schema, SchemaType(schema_type).value)
         if auto_register:
             schema_id = registry.register_schema(subject, wanted)
         else:
@@ -249,7 +267,7 @@ def resolve(
             f"the schema registry at {where} did not answer ({type(exc).__name__}); "
             "nothing was written"
         ) from None
-    return RegisteredSchema(subject, int(schema_id), schema)
+    return RegisteredSchema(subject, int(schema_id), schema, SchemaType(schema_type).value)
 
 
 def _refusal(exc: Any, subject: str, where: str, auto_register: bool) -> Exception:
