@@ -65,6 +65,16 @@ class BrokerUnreachableError(RetriableError):
     """No broker answered within the timeout; the message names the addresses tried."""
 
 
+class SchemaRegistryUnreachableError(RetriableError):
+    """The schema registry did not answer; the message names its address (never its
+    credentials). Raised before any transaction opens."""
+
+
+class SchemaRefusedError(ConfigurationError):
+    """The schema registry refused the schema (incompatible with the subject's versions,
+    invalid) or does not hold it under the subject; the message names the subject."""
+
+
 class ConnectionLostError(RetriableError):
     """The broker dropped the connection or did not answer in time."""
 

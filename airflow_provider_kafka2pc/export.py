@@ -85,6 +85,11 @@ def kafka_exactly_once_export(
     commit_margin_s: float | None = None,
     value_column: str | None = None,
     header_columns: Sequence[str] = (),
+    registry_conn_id: str | None = None,
+    value_format: Mapping[str, Any] | None = None,
+    key_format: Mapping[str, Any] | None = None,
+    tombstone_when: str | None = None,
+    timestamp_column: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
     spark_binary: str | None = None,
     manifest_dir: str | None = None,
@@ -119,6 +124,9 @@ def kafka_exactly_once_export(
         None: ``[kafka2pc] commit_margin_s`` (60 unless configured).
     :param value_column: string/binary column sent as the value; default the row as JSON.
     :param header_columns: string/binary columns sent as headers.
+    :param registry_conn_id, value_format, key_format, tombstone_when, timestamp_column:
+        what goes on the wire beyond bytes: registry Avro, tombstones, record timestamps
+        (:class:`~.operators.prepare.SparkKafkaPrepareOperator`, docs/wire-formats.md).
     :param spark_conf: Spark settings for the prepare job.
     :param spark_binary: the spark-submit to run; default the connection's, else
         ``spark-submit`` on PATH, else pyspark's own.
@@ -175,6 +183,11 @@ def kafka_exactly_once_export(
             key_column=key_column,
             value_column=value_column,
             header_columns=list(header_columns),
+            registry_conn_id=registry_conn_id,
+            value_format=value_format,
+            key_format=key_format,
+            tombstone_when=tombstone_when,
+            timestamp_column=timestamp_column,
             id_prefix=id_prefix,
             spark_conn_id=spark_conn_id,
             transaction_timeout_ms=transaction_timeout_ms,

@@ -35,6 +35,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_kafka2pc.hooks.kafka2pc",
                     "airflow_provider_kafka2pc.hooks.ledger",
                     "airflow_provider_kafka2pc.hooks.export",
+                    "airflow_provider_kafka2pc.hooks.registry",
                 ],
             }
         ],

@@ -12,6 +12,7 @@ partitions, and only if the source still yields the recorded counts.
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 import time
@@ -36,8 +37,9 @@ from ..errors import (
 )
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
+from ..hooks.registry import SchemaRegistryHook
 from ..ledger import Batch, BatchState, Ledger, Participant
-from ..spark import APPLICATION
+from ..spark import APPLICATION, AVRO_PACKAGE
 from ..spark.job import (
     check_num_partitions,
     committables_for,
@@ -51,6 +53,7 @@ from ..spark.job import (
 from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import HASH, Manifest
+from ..transaction.registry import RegistryFormat
 from ..utils import config
 from ..utils.connections import require_connection
 from ..utils.task_errors import failing_permanent_errors
@@ -99,7 +102,19 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         topic whose partitions are a multiple of ``num_partitions``, otherwise the rows are
         partitioned by hash). Loss repair uses the same setting: change it only between
         intervals.
+    :param registry_conn_id: the schema registry's ``http`` connection
+        (:class:`~..hooks.registry.SchemaRegistryHook`); needed with ``value_format`` or
+        ``key_format``.
+    :param value_format: values as Avro in the registry's wire format: a dict of
+        :class:`~..transaction.registry.RegistryFormat` options (``{}``: the schema derived
+        from the columns, subject ``<topic>-value``). (templated)
+    :param key_format: keys as registry Avro, likewise (subject ``<topic>-key``). (templated)
+    :param tombstone_when: a SQL condition over the source's columns; where true the record
+        is a tombstone (null value). A null ``value_column`` is one too. (templated)
+    :param timestamp_column: the records' CreateTime: a timestamp column or a long column
+        of epoch ms; null: the time of writing. (templated)
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
+        With a registry format, Spark's Avro package is added to ``packages``.
     """
 
     template_fields: Sequence[str] = (
@@ -110,8 +125,17 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         "topic",
         "id_prefix",
         "manifest_dir",
+        "value_format",
+        "key_format",
+        "tombstone_when",
+        "timestamp_column",
     )
-    template_fields_renderers: ClassVar[dict[str, str]] = {"source": "json", "conf": "json"}
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "source": "json",
+        "conf": "json",
+        "value_format": "json",
+        "key_format": "json",
+    }
     ui_color = "#f4a460"
 
     def __init__(
@@ -133,6 +157,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         manifest_dir: str | None = None,
         progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
         align_with_kafka: bool = True,
+        registry_conn_id: str | None = None,
+        value_format: Mapping[str, Any] | None = None,
+        key_format: Mapping[str, Any] | None = None,
+        tombstone_when: str | None = None,
+        timestamp_column: str | None = None,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
@@ -146,6 +175,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         if HAS_TASK_STATE_STORE:
             kwargs.setdefault("durable", False)
         kwargs.setdefault("name", "kafka2pc-prepare")
+        if value_format is not None or key_format is not None:
+            kwargs["packages"] = _with_avro(kwargs.get("packages"))
         super().__init__(application=APPLICATION, conn_id=spark_conn_id, **kwargs)
         self.export_id = export_id
         self.run_key = run_key
@@ -167,6 +198,13 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.manifest_dir = manifest_dir
         self.progress_interval_s = progress_interval_s
         self.align_with_kafka = align_with_kafka
+        self.registry_conn_id = registry_conn_id
+        self.value_format = None if value_format is None else dict(value_format)
+        self.key_format = None if key_format is None else dict(key_format)
+        self.tombstone_when = tombstone_when
+        self.timestamp_column = timestamp_column
+        if "{{" not in json.dumps([self.value_format, self.key_format], default=str):
+            self._registry_formats()
 
     # -- the task -----------------------------------------------------------------------
 
@@ -219,6 +257,16 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             local = local_path(str(path))
             if local is not None and not local.exists():
                 raise ConfigurationError(f"source path {str(path)!r} does not exist")
+        formats = self._registry_formats()
+        if any(formats):
+            if self.registry_conn_id is None:
+                raise ConfigurationError(
+                    "value_format/key_format need registry_conn_id (the schema registry's "
+                    "http connection)"
+                )
+            self.log.info(
+                "schema registry %s", SchemaRegistryHook(self.registry_conn_id).describe()
+            )
         partitions = kafka.check_topic(self.topic)
         self.log.info(
             "export %s run %s: topic %r has %d partitions; Kafka settings %s",
@@ -402,6 +450,23 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],
+            *self._wire_args(),
+        ]
+
+    def _registry_formats(self) -> tuple[RegistryFormat | None, RegistryFormat | None]:
+        """(value format, key format) checked; a clear error for a bad option."""
+        return tuple(  # type: ignore[return-value]
+            None if f is None else RegistryFormat.from_dict(f)
+            for f in (self.value_format, self.key_format)
+        )
+
+    def _wire_args(self) -> list[str]:
+        value, key = self._registry_formats()
+        return [
+            *(["--value-format", json.dumps(value.to_dict())] if value else []),
+            *(["--key-format", json.dumps(key.to_dict())] if key else []),
+            *(["--tombstone-when", self.tombstone_when] if self.tombstone_when else []),
+            *(["--timestamp-column", self.timestamp_column] if self.timestamp_column else []),
         ]
 
     def submit(
@@ -414,10 +479,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         job_suffix: str = "",
     ) -> None:
         """One spark-submit of the packaged application through :class:`SparkSubmitOperator`."""
-        with kafka.config_file() as config_path:
+        with kafka.config_file() as config_path, self._registry_file() as registry_path:
             self.application = APPLICATION
             self.application_args = [
                 *args,
+                *(["--registry-config-file", str(registry_path)] if registry_path else []),
                 "--transactional-ids",
                 ",".join(batch.transactional_ids),
                 "--kafka-config-file",
@@ -434,6 +500,15 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             # The hook is built from the arguments above: never reuse one built for others.
             compat.submit_with(self, binary)
             super().execute(context)
+
+    @contextmanager
+    def _registry_file(self) -> Iterator[Path | None]:
+        """The registry's settings in a private file, when a registry format is asked."""
+        if self.registry_conn_id is None or not any(self._registry_formats()):
+            yield None
+            return
+        with SchemaRegistryHook(self.registry_conn_id).config_file() as path:
+            yield path
 
     @contextmanager
     def _manifest(self, batch: Batch, name: str) -> Iterator[tuple[str, Any]]:
@@ -471,6 +546,14 @@ def _refusal(read: Any) -> str | None:
     except (OSError, CommittableError):
         return None
     return str(refused) if refused else None
+
+
+def _with_avro(packages: str | None) -> str:
+    """``packages`` (spark-submit's comma list) plus Spark's Avro package."""
+    listed = [p.strip() for p in (packages or "").split(",") if p.strip()]
+    if not any(p.startswith(AVRO_PACKAGE.rsplit(":", 1)[0]) for p in listed):
+        listed.append(AVRO_PACKAGE)
+    return ",".join(listed)
 
 
 def spark_extra(conn_id: str) -> dict[str, Any]:

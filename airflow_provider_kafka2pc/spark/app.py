@@ -35,7 +35,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
+from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, Manifest
+from airflow_provider_kafka2pc.transaction.registry import RegistryFormat
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 
 log = logging.getLogger("kafka2pc.spark.app")
@@ -57,6 +59,16 @@ def _indexes(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
+
+
+def _registry_format(text: str) -> RegistryFormat:
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return RegistryFormat.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object of options: {exc}") from None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -93,6 +105,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--kafka-config-file", help="JSON object of librdkafka settings (keeps secrets off argv)"
     )
     parser.add_argument("--bootstrap-servers", help="overrides bootstrap.servers")
+    parser.add_argument(
+        "--registry-config-file",
+        help="JSON object of SchemaRegistryClient settings (url, basic.auth.user.info, ssl.*); "
+        "a file, to keep the credentials off argv",
+    )
+    parser.add_argument(
+        "--value-format",
+        type=_registry_format,
+        help="values as registry Avro: a JSON object of RegistryFormat options, e.g. {} or "
+        '{"subject_name_strategy": "record_name", "record_name": "Order"}',
+    )
+    parser.add_argument("--key-format", type=_registry_format, help="keys as registry Avro")
+    parser.add_argument("--tombstone-when", help="SQL condition: where true, a null value")
+    parser.add_argument(
+        "--timestamp-column", help="the record timestamp (timestamp, or long epoch ms)"
+    )
     parser.add_argument(
         "--transaction-timeout-ms", type=int, default=defaults.TRANSACTION_TIMEOUT_MS
     )
@@ -133,25 +161,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _private_json(option: str, file: str) -> dict[str, Any]:
+    """A JSON object from a settings file; a warning when others may read its secrets."""
+    path = Path(file)
+    try:
+        loaded = json.loads(path.read_text())
+        mode = path.stat().st_mode
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigurationError(f"{option}: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigurationError(f"{option} {path}: must be a JSON object")
+    if mode & 0o077 and any(is_secret(key) or key == "basic.auth.user.info" for key in loaded):
+        log.warning(
+            "%s %s holds credentials and is readable by other users (mode %o); "
+            "create it with mode 600",
+            option,
+            path,
+            mode & 0o777,
+        )
+    return loaded
+
+
+def wire_options(args: argparse.Namespace) -> WireOptions:
+    """The wire options of the command line (the registry's settings from their file)."""
+    registry = (
+        _private_json("--registry-config-file", args.registry_config_file)
+        if args.registry_config_file
+        else None
+    )
+    return WireOptions(
+        registry=registry,
+        value_format=args.value_format,
+        key_format=args.key_format,
+        tombstone_when=args.tombstone_when,
+        timestamp_column=args.timestamp_column,
+    )
+
+
 def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if args.kafka_config_file:
-        path = Path(args.kafka_config_file)
-        try:
-            loaded = json.loads(path.read_text())
-            mode = path.stat().st_mode
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigurationError(f"--kafka-config-file: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigurationError(f"--kafka-config-file {path}: must be a JSON object")
-        if mode & 0o077 and any(is_secret(key) for key in loaded):
-            log.warning(
-                "--kafka-config-file %s holds credentials and is readable by other users "
-                "(mode %o); create it with mode 600",
-                path,
-                mode & 0o777,
-            )
-        config.update(loaded)
+        config.update(_private_json("--kafka-config-file", args.kafka_config_file))
     if args.bootstrap_servers:
         config["bootstrap.servers"] = args.bootstrap_servers
     if "bootstrap.servers" not in config:
@@ -226,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 job_label=args.job_label,
                 progress_interval_s=args.progress_interval_s,
                 align_with_kafka=args.align_with_kafka,
+                wire=wire_options(args),
                 repair=prepare.Repair(
                     args.only_partitions, args.expected_partition_rows, args.partitioning
                 )

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 KEY = "__kafka2pc_key"
 VALUE = "__kafka2pc_value"
 HEADER_PREFIX = "__kafka2pc_header_"
+#: The record timestamp (epoch ms, null: the time of writing), when the export sets one.
+TIMESTAMP = "__kafka2pc_timestamp"
 
 #: Called on the executor after each Arrow batch: (partition, attempt, rows so far).
 ArrowBatchCallback = Callable[[int, int, int], None]
@@ -103,6 +105,24 @@ def result_batch(partition: int, attempt: int, input_rows: int, committable: str
     )
 
 
+def _timestamped(
+    batch: pa.RecordBatch,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    header_names: Sequence[str],
+) -> Iterator[Record]:
+    """Records with their timestamp: (key, value, headers or None, epoch ms or None)."""
+    stamps = batch.column(TIMESTAMP).to_pylist()
+    columns = [batch.column(HEADER_PREFIX + name).to_pylist() for name in header_names]
+    for i, (key, value, stamp) in enumerate(zip(keys, values, stamps, strict=True)):
+        headers = [
+            (name, col[i])
+            for name, col in zip(header_names, columns, strict=True)
+            if col[i] is not None
+        ]
+        yield (key, value, headers or None, stamp)
+
+
 class _Counter:
     __slots__ = ("rows",)
 
@@ -119,7 +139,9 @@ def _records(
     for batch in batches:
         keys = batch.column(KEY).to_pylist()
         values = batch.column(VALUE).to_pylist()
-        if not header_names:
+        if TIMESTAMP in batch.schema.names:
+            yield from _timestamped(batch, keys, values, header_names)
+        elif not header_names:
             yield from zip(keys, values, strict=True)
         else:
             columns = [batch.column(HEADER_PREFIX + name).to_pylist() for name in header_names]

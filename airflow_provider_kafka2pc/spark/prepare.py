@@ -53,11 +53,22 @@ from .partition_writer import (
     HEADER_PREFIX,
     KEY,
     RESULT_SCHEMA,
+    TIMESTAMP,
     VALUE,
     ArrowBatchCallback,
     partition_writer,
 )
 from .progress import PartitionProgress
+from .wire import (
+    Schemas,
+    WireOptions,
+    bad_timestamp_refusal,
+    registry_key,
+    registry_value,
+    resolve_schemas,
+    timestamp_value,
+    tombstone_condition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +120,7 @@ def prepare_dataframe(
     repair: Repair | None = None,
     progress_interval_s: float | None = None,
     align_with_kafka: bool = True,
+    wire: WireOptions | None = None,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -136,6 +148,10 @@ def prepare_dataframe(
         whose partitions are a multiple of N; otherwise the rows are partitioned by hash
         and the manifest's ``partitioning_reason`` says why. A loss repair partitions as
         its prepare did (``repair.partitioning``), not by this setting.
+    :param wire: registry Avro values/keys, tombstones, record timestamps
+        (:class:`~.wire.WireOptions`, docs/wire-formats.md); the registry is asked once,
+        here on the driver, after the columns and the topic are checked and before any
+        transaction opens.
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -166,6 +182,9 @@ def prepare_dataframe(
         _check_topic(producer_config, topic)
         alignment = None if recorded is None else recorded_alignment(spark, recorded, len(ids))
         why_hash = None
+    wire = wire or WireOptions()
+    _encode(df, key_column, value_column, header_columns, wire=wire)  # columns, before the registry
+    schemas = resolve_schemas(df, topic, wire, key_column, value_column)
     prepared = partitioned_input(
         df,
         len(ids),
@@ -174,6 +193,8 @@ def prepare_dataframe(
         header_columns,
         require_keys=keys_required,
         alignment=alignment,
+        wire=wire,
+        schemas=schemas,
     )
     writer = partition_writer(
         ids,
@@ -195,7 +216,7 @@ def prepare_dataframe(
             try:
                 partition_rows = _materialise(prepared, len(ids))
             except Exception as exc:  # the source cannot be read, or a required key is null
-                refused = _null_key_refusal(exc, key_column)
+                refused = _null_key_refusal(exc, key_column) or bad_timestamp_refusal(exc)
                 if refused is None:
                     raise
                 raise refused from None
@@ -256,7 +277,7 @@ def _write(
     try:
         return prepared.mapInArrow(writer, RESULT_SCHEMA).collect()
     except Exception as exc:  # Py4JJavaError / PythonException: the job failed
-        refused = _null_key_refusal(exc, key_column)
+        refused = _null_key_refusal(exc, key_column) or bad_timestamp_refusal(exc)
         if refused is not None:
             raise refused from None
         raise PrepareError(
@@ -392,6 +413,8 @@ def partitioned_input(
     *,
     require_keys: bool = False,
     alignment: Alignment | None = None,
+    wire: WireOptions | None = None,
+    schemas: Schemas | None = None,
 ) -> DataFrame:
     """``df`` as the writers see it: binary key/value/header columns in ``partitions``.
 
@@ -401,7 +424,9 @@ def partitioned_input(
     ``require_keys``, a null key fails the job in the shuffle's map stage (message
     :data:`NULL_KEY_MARK`).
     """
-    encoded = _encode(df, key_column, value_column, header_columns, require_keys)
+    encoded = _encode(
+        df, key_column, value_column, header_columns, require_keys, wire=wire, schemas=schemas
+    )
     row_hash = F.to_json(F.struct(*[F.col(c) for c in df.columns]))
     by = F.col(KEY) if key_column else row_hash
     if alignment is not None and key_column is not None:
@@ -420,8 +445,15 @@ def _encode(
     value_column: str | None,
     header_columns: Sequence[str],
     require_keys: bool = False,
+    *,
+    wire: WireOptions | None = None,
+    schemas: Schemas | None = None,
 ) -> list[Column]:
-    """Key, value and header columns as binary, computed by Spark (not per row in Python)."""
+    """Key, value and header columns as binary, computed by Spark (not per row in Python);
+    with ``wire``, the record timestamp too, and a null value where a tombstone is asked.
+    Registry formats are encoded once ``schemas`` holds the registry's answers."""
+    wire = wire or WireOptions()
+    schemas = schemas or Schemas()
     fields = {f.name: f.dataType for f in df.schema.fields}
 
     def field(name: str, role: str) -> T.DataType:
@@ -435,18 +467,31 @@ def _encode(
         key = F.lit(None).cast("binary")
     else:
         key_type = field(key_column, "key")
-        if not isinstance(key_type, _ATOMIC_KEY_TYPES):
+        if wire.key_format is not None:
+            pass  # any type: Avro carries it
+        elif not isinstance(key_type, _ATOMIC_KEY_TYPES):
             raise ConfigurationError(
                 f"key column {key_column!r} has unsupported type {key_type.simpleString()}; "
                 "use a string, binary, numeric, boolean, date or timestamp column"
             )
-        key = _as_binary(F.col(key_column), key_type)
+        if schemas.key is not None:
+            key = registry_key(key_column, schemas.key)
+        else:
+            key = _as_binary(F.col(key_column), key_type)
         if require_keys:
             key = F.when(
                 F.col(key_column).isNull(),
                 F.raise_error(F.lit(f"{NULL_KEY_MARK}: key column {key_column!r} is null")),
             ).otherwise(key)
-    if value_column is None:
+    if wire.value_format is not None:
+        if value_column is not None:
+            field(value_column, "value")
+        value = (
+            registry_value(df, value_column, schemas.value)
+            if schemas.value is not None
+            else F.lit(None).cast("binary")  # columns checked; encoded once resolved
+        )
+    elif value_column is None:
         value = F.to_json(F.struct(*[F.col(c) for c in df.columns])).cast("binary")
     else:
         value_type = field(value_column, "value")
@@ -466,7 +511,14 @@ def _encode(
                 "use a string or binary column"
             )
         headers.append(_as_binary(F.col(name), header_type).alias(HEADER_PREFIX + name))
-    return [key.alias(KEY), value.alias(VALUE), *headers]
+    if wire.tombstone_when is not None:
+        value = F.when(
+            tombstone_condition(df, wire.tombstone_when, key_column), F.lit(None).cast("binary")
+        ).otherwise(value)
+    extra = []
+    if wire.timestamp_column is not None:
+        extra.append(timestamp_value(df, wire.timestamp_column).alias(TIMESTAMP))
+    return [key.alias(KEY), value.alias(VALUE), *headers, *extra]
 
 
 def _as_binary(column: Column, data_type: T.DataType) -> Column:

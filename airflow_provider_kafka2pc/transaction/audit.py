@@ -33,6 +33,8 @@ class _Span:
     count: int = 0
     state: str = OPEN
     keys: list[bytes | None] = field(default_factory=list)
+    #: Of ``count``, the records whose value is null (tombstones), when records are read.
+    tombstones: int = 0
 
 
 @dataclass
@@ -47,6 +49,9 @@ class PartitionAudit:
     end_offset: int = 0
     #: Record batches holding data (markers apart): how the producers batched.
     data_batches: int = 0
+    #: Committed records whose value is null (tombstones); counted when records are read
+    #: (``audit_topic(tombstones=True)`` or ``duplicates=True``). Also in ``committed``.
+    tombstones: int = 0
     spans: list[_Span] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, int]:
@@ -59,6 +64,7 @@ class PartitionAudit:
             "abort_markers": self.abort_markers,
             "end_offset": self.end_offset,
             "data_batches": self.data_batches,
+            "tombstones": self.tombstones,
         }
 
 
@@ -79,10 +85,16 @@ class AuditReport:
             "non_transactional": sum(p.non_transactional for p in parts),
         }
 
+    @property
+    def tombstones(self) -> int:
+        """Committed records whose value is null (counted only when records were read)."""
+        return sum(p.tombstones for p in self.partitions.values())
+
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "topic": self.topic,
             "totals": self.totals,
+            "tombstones": self.tombstones,
             "partitions": {str(p): a.to_dict() for p, a in sorted(self.partitions.items())},
             "committables": self.committables,
         }
@@ -98,17 +110,20 @@ def audit_topic(
     *,
     start_offsets: Mapping[int, int] | None = None,
     duplicates: bool = False,
+    tombstones: bool = False,
 ) -> AuditReport:
     """Audit every partition of ``topic`` from ``start_offsets`` (default: offset 0).
 
     Non-transactional records count as committed (they are visible) and also
     separately. With ``duplicates``, committed records are grouped by key and keys
-    seen more than once are reported.
+    seen more than once are reported. With ``tombstones`` (or ``duplicates``), records are
+    read one by one and the committed ones with a null value are counted apart as well
+    (``tombstones``): a null value is a deletion, never a missing record.
     """
     reader = LogReader(protocol)
     starts = dict(start_offsets or {})
     partitions = {
-        p: _audit_partition(reader, topic, p, starts.get(p, 0), duplicates)
+        p: _audit_partition(reader, topic, p, starts.get(p, 0), duplicates or tombstones)
         for p in reader.partitions(topic)
     }
     report = AuditReport(
@@ -146,6 +161,7 @@ def _audit_partition(
                     batch.record_count,
                     COMMITTED,
                     list(batch.keys),
+                    batch.tombstones,
                 )
             )
             continue
@@ -158,9 +174,11 @@ def _audit_partition(
         span.last_offset = batch.last_offset
         span.count += batch.record_count
         span.keys.extend(batch.keys)
+        span.tombstones += batch.tombstones
     for span in audit.spans:
         if span.state == COMMITTED:
             audit.committed += span.count
+            audit.tombstones += span.tombstones
         elif span.state == ABORTED:
             audit.aborted += span.count
         else:

@@ -166,6 +166,8 @@ class RecordBatch:
     control: ControlType | None
     record_count: int
     keys: tuple[bytes | None, ...] = ()
+    #: Records whose value is null (tombstones); counted only when keys are read.
+    tombstones: int = 0
 
 
 @dataclass(frozen=True)
@@ -860,10 +862,13 @@ def _parse_batches(raw: bytes | None, with_keys: bool) -> list[RecordBatch]:
     while (batch := records.next_batch()) is not None:
         control = None
         keys: tuple[bytes | None, ...] = ()
+        tombstones = 0
         if batch.is_control_batch:
             control = next((ControlType(r.type) for r in batch), None)
         elif with_keys:
-            keys = tuple(r.key for r in batch)
+            rows = list(batch)
+            keys = tuple(r.key for r in rows)
+            tombstones = sum(1 for r in rows if r.value is None)
         out.append(
             RecordBatch(
                 base_offset=batch.base_offset,
@@ -874,6 +879,7 @@ def _parse_batches(raw: bytes | None, with_keys: bool) -> list[RecordBatch]:
                 control=control,
                 record_count=batch.records_count,
                 keys=keys,
+                tombstones=tombstones,
             )
         )
     return out

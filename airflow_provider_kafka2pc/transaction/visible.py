@@ -25,6 +25,8 @@ class Visible:
     topic: str
     counts: dict[int, int] = field(default_factory=dict)
     keys: Counter[bytes | None] = field(default_factory=Counter)
+    #: Of the records above, those whose value is null (tombstones), by key.
+    tombstones: Counter[bytes | None] = field(default_factory=Counter)
     #: Partitions whose position stayed below the high watermark: held back by an
     #: open transaction (or still being written).
     stalled: dict[int, dict[str, int]] = field(default_factory=dict)
@@ -43,6 +45,7 @@ class Visible:
             "topic": self.topic,
             "records": self.total,
             "duplicate_keys": self.duplicate_keys,
+            "tombstones": sum(self.tombstones.values()),
             "stalled": {str(p): s for p, s in sorted(self.stalled.items())},
         }
 
@@ -80,6 +83,8 @@ def read_committed(settings: Mapping[str, Any], topic: str, *, timeout_s: float 
                     continue
                 seen.counts[message.partition()] += 1
                 seen.keys[message.key()] += 1
+                if message.value() is None:
+                    seen.tombstones[message.key()] += 1
             behind = _behind(consumer, watermarks, topic, partitions)
             if not behind:
                 return seen

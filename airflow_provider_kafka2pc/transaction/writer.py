@@ -26,10 +26,13 @@ from .settings import bootstrap_servers, redact_strictly, scrub
 
 log = logging.getLogger(__name__)
 
-#: A record as the writer takes it: (key, value) or (key, value, headers).
+#: A record as the writer takes it: (key, value), (key, value, headers) or
+#: (key, value, headers, timestamp): the CreateTime in epoch ms, None for the time of
+#: writing. A None value is a tombstone.
 Record = (
     tuple[bytes | None, bytes | None]
     | tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+    | tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None, int | None]
 )
 
 #: Kafka brokers refuse longer transactions by default (transaction.max.timeout.ms).
@@ -379,12 +382,17 @@ class TransactionalWriter:
         """
         produce, poll = producer.produce, producer.poll
         with_headers = len(first) > 2
+        with_timestamp = len(first) > 3
         count = 0
         for record in itertools.chain((first,), rest):
             waited: tuple[int, float] | None = None
             while True:
                 try:
-                    if with_headers:
+                    if with_timestamp:  # librdkafka reads 0 as "now"
+                        produce(
+                            topic, record[1], record[0], headers=record[2], timestamp=record[3] or 0
+                        )
+                    elif with_headers:
                         produce(topic, record[1], record[0], headers=record[2])
                     else:
                         produce(topic, record[1], record[0])

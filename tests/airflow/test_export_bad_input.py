@@ -49,6 +49,16 @@ CASES = {
         {"source": {"path": "/nonexistent/kafka2pc/orders.parquet"}},
         "source path '/nonexistent/kafka2pc/orders.parquet' does not exist",
     ),
+    "registry connection": (
+        None,
+        {"value_format": {}, "registry_conn_id": "no_such_registry"},
+        "schema registry connection 'no_such_registry' is not defined",
+    ),
+    "registry format without a registry": (
+        None,
+        {"value_format": {}},
+        "value_format/key_format need registry_conn_id",
+    ),
     # Met first by the recover task (it searches the prefix), else by prepare's lease.
     "prefix of another export": (
         None,
