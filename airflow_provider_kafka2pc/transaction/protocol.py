@@ -74,8 +74,6 @@ CLIENT_ADD_PARTITIONS_MAX_VERSION = 3
 #: Kafka's AclOperation code for WRITE: its bit in Metadata's topic_authorized_operations
 #: (Metadata v8+ with include_topic_authorized_operations, KIP-430).
 ACL_OPERATION_WRITE = 4
-#: topic_authorized_operations when the broker did not fill it in.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 class ErrorCode(enum.IntEnum):
@@ -649,12 +647,9 @@ class KafkaProtocol:
                 raise ProtocolError(
                     f"topic {topic!r}: {error_name(entry.error_code)}", error_name(entry.error_code)
                 )
-            allowed = getattr(entry, "topic_authorized_operations", AUTHORIZED_OPERATIONS_OMITTED)
-            if (
-                for_write
-                and allowed != AUTHORIZED_OPERATIONS_OMITTED
-                and not allowed & (1 << ACL_OPERATION_WRITE)
-            ):
+            # kafka-python decodes the bitfield as the set of bits set; None when omitted.
+            allowed = getattr(entry, "authorized_operations", None)
+            if for_write and allowed is not None and ACL_OPERATION_WRITE not in allowed:
                 raise ProtocolError(
                     f"topic {topic!r}: visible but not writable (no WRITE among the "
                     "operations the broker allows this principal)",
