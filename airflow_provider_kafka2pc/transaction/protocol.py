@@ -355,6 +355,10 @@ class KafkaProtocol:
         fences it (``broker.session.timeout.ms``); Kafka's own clients route around it,
         and so must we: one node down during a rolling restart is not an error. Only
         when no node answers is the connection lost.
+
+        A node that does not answer at all (paused: its connection stays open) gets at
+        most :data:`~..defaults.ANY_NODE_ATTEMPT_MS` while another node is left to ask;
+        the last one gets the whole request timeout.
         """
         tried: list[int | str] = []
         last: ConnectionLostError | None = None
@@ -365,8 +369,10 @@ class KafkaProtocol:
                     f"{request.__class__.__name__}: no Kafka node answered "
                     f"(tried {', '.join(map(str, tried))}); last: {last}"
                 )
+            others = self._untried_node([*tried, node]) is not None
+            bound = min(self._timeout_ms, defaults.ANY_NODE_ATTEMPT_MS) if others else None
             try:
-                return self._send(node, request)
+                return self._send(node, request, timeout_ms=bound)
             except ConnectionLostError as exc:
                 last = exc
                 tried.append(node)
@@ -384,9 +390,11 @@ class KafkaProtocol:
         ]
         return next((node for node in known if node not in tried), None)
 
-    def _send(self, node: int | str, request: Any) -> Any:
+    def _send(self, node: int | str, request: Any, timeout_ms: int | None = None) -> Any:
         try:
-            return self._client.send_and_receive(node, request, timeout_ms=self._timeout_ms)
+            return self._client.send_and_receive(
+                node, request, timeout_ms=timeout_ms or self._timeout_ms
+            )
         except (
             kafka_errors.KafkaConnectionError,
             kafka_errors.KafkaTimeoutError,
@@ -395,9 +403,10 @@ class KafkaProtocol:
             kafka_errors.Cancelled,
             ConnectionError,
         ) as exc:
+            waited = f" within {timeout_ms} ms" if timeout_ms else ""
             raise ConnectionLostError(
                 f"{request.__class__.__name__} to node {node}{self._address(node)}: "
-                f"{type(exc).__name__}"
+                f"{type(exc).__name__}{waited}"
             ) from None
 
     def _address(self, node: int | str) -> str:
