@@ -28,6 +28,7 @@ OLDEST_CONSTRAINTS := .ci/airflow-oldest-constraints.txt
 # failing prepare, recovery by the sensor and by its deferred trigger, OpenLineage, and a
 # scheduled run and a backfill under a real scheduler.
 OLDEST_TESTS := tests/airflow/test_provider.py tests/airflow/test_example_dag.py \
+	tests/airflow/test_parse_without_connections.py \
 	tests/test_cli.py::test_demo_proves_exactly_once_then_writes_nothing_again \
 	tests/airflow/test_export_happy.py tests/airflow/test_verdict.py \
 	tests/airflow/test_export_faults.py::test_decision_retried_after_dying_keeps_the_recorded_verdict \

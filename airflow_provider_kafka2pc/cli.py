@@ -99,9 +99,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _protocol(args: argparse.Namespace) -> KafkaProtocol:
-    settings = _settings(args)
-    check_tls(settings, args.timeout_ms / 1000)  # a TLS problem named before anything opens
-    return KafkaProtocol(settings, timeout_ms=args.timeout_ms)
+    # KafkaProtocol names a TLS problem before anything opens.
+    return KafkaProtocol(_settings(args), timeout_ms=args.timeout_ms)
 
 
 @contextlib.contextmanager

@@ -38,6 +38,11 @@ TRANSACTION_TIMEOUT_MS: Final = 900_000
 RECOVER_POLL_INTERVAL_S: Final = 30.0
 #: Bound on connecting and on each control-plane request.
 REQUEST_TIMEOUT_MS: Final = 30_000
+#: Bound on one node's try at a request any node can answer (Metadata, FindCoordinator)
+#: while other nodes are left to try: a paused (SIGSTOPped, GC-frozen) node keeps its
+#: connection open and never answers, so waiting a whole request timeout on it is waste.
+#: The last node left gets the whole request timeout (a slow cluster is not a dead one).
+ANY_NODE_ATTEMPT_MS: Final = 3_000
 #: Retry budget of one commit, abort or fence from the orchestrator (a coordinator that
 #: moves needs a few seconds; a broker that restarts, tens).
 FINISH_DEADLINE_S: Final = 120.0

@@ -11,8 +11,10 @@
 
 Each DAG run is one distributed transaction keyed by its data interval. Any failure
 before the verdict ends in abort, and an aborted export is a failed run: the abort task
-fails, and no task of the group turns it green. The topic is an Airflow asset, outlet of
-the commit task only, so DAGs scheduled on it run on committed data only.
+fails, and no task of the group turns it green. The topic is an Airflow asset, emitted by
+the commit task only, so DAGs scheduled on it run on committed data only. Parsing the DAG
+file reads no connection: the commit's outlet is an asset alias that the commit resolves
+to the topic's asset when it runs (:mod:`.utils.assets`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.apache.kafka.assets.kafka import create_asset
-from airflow.sdk import Asset, BaseOperator, TaskGroup
+from airflow.sdk import Asset, AssetAlias, BaseOperator, TaskGroup
 
 from . import defaults
 from .errors import ConfigurationError
@@ -34,6 +35,7 @@ from .sensors.dangling import KafkaDanglingTransactionSensor
 from .spark.job import check_num_partitions, source_arguments
 from .transaction import naming
 from .transaction.naming import default_prefix as default_id_prefix
+from .utils.assets import topic_alias, topic_asset
 
 #: The run key: the data interval, stable across retries, clears and backfills.
 DEFAULT_RUN_KEY = defaults.RUN_KEY
@@ -48,10 +50,11 @@ _DEFAULT_CLASSES: dict[str, type[BaseOperator]] = {
 
 
 class _FromConnection:
-    """The default of ``asset``: built from the Kafka connection (see :func:`export_asset`)."""
+    """The default of ``asset``: the topic's asset (:func:`export_asset`), attached by the
+    commit when it runs, through an alias declared at parse time (:func:`export_asset_alias`)."""
 
     def __repr__(self) -> str:
-        return "<the topic's asset, from the Kafka connection>"
+        return "<the topic's asset, from the Kafka connection when the commit runs>"
 
 
 FROM_CONNECTION: Any = _FromConnection()
@@ -63,9 +66,17 @@ def export_asset(topic: str, kafka_conn_id: str = defaults.KAFKA_CONN_ID) -> Ass
     Built as the official Kafka provider builds a topic's asset, ``create_asset(server=...,
     topic=...)``, with the connection's first bootstrap server: ``kafka://<server>/<topic>``,
     whose host the provider's OpenLineage converter turns into the dataset namespace.
+
+    Reads the connection: call it at run time (or in a test), not at the top of a DAG
+    file; the export itself declares :func:`export_asset_alias` instead.
     """
-    server = Kafka2pcHook(kafka_conn_id).bootstrap_server()
-    return create_asset(server=server, topic=topic)
+    return topic_asset(Kafka2pcHook(kafka_conn_id).bootstrap_server(), topic)
+
+
+def export_asset_alias(topic: str, kafka_conn_id: str = defaults.KAFKA_CONN_ID) -> AssetAlias:
+    """The commit task's outlet by default: an alias named from the connection id and the
+    topic, resolved to :func:`export_asset` when the commit runs. Reads nothing."""
+    return topic_alias(topic, kafka_conn_id)
 
 
 def kafka_exactly_once_export(
@@ -97,7 +108,7 @@ def kafka_exactly_once_export(
     grace_period: timedelta | None = None,
     deferrable: bool = False,
     poke_interval: float = defaults.RECOVER_POLL_INTERVAL_S,
-    asset: Asset | None = FROM_CONNECTION,
+    asset: Asset | AssetAlias | None = FROM_CONNECTION,
     default_args: Mapping[str, Any] | None = None,
     tooltip: str = "",
     operator_classes: Mapping[str, type[BaseOperator]] | None = None,
@@ -137,8 +148,10 @@ def kafka_exactly_once_export(
         ``[kafka2pc] grace_period_s`` (1 h unless configured).
     :param deferrable: the recover sensor waits in the triggerer.
     :param poke_interval: seconds between the recover sensor's rounds.
-    :param asset: the asset the commit task emits; default the topic's asset built from the
-        Kafka connection (:func:`export_asset`); None for no asset.
+    :param asset: the asset the commit task emits; default the topic's asset
+        (:func:`export_asset`, from the Kafka connection), emitted through the alias
+        :func:`export_asset_alias` so that parsing the DAG reads no connection; None for no
+        asset.
     :param default_args: for the group's tasks (retries, retry_delay, ...).
     :param tooltip: the group's tooltip in the UI.
     :param operator_classes: ``{task id: subclass}`` to extend a step.
@@ -160,7 +173,7 @@ def kafka_exactly_once_export(
         id_prefix = id_prefix or default_id_prefix(export_id)
         naming.check_slots(id_prefix, num_partitions)
         if asset is FROM_CONNECTION:
-            asset = export_asset(topic, kafka_conn_id)
+            asset = export_asset_alias(topic, kafka_conn_id)
         common = {
             "export_id": export_id,
             "run_key": run_key,
@@ -217,5 +230,6 @@ __all__: Sequence[str] = (
     "DEFAULT_RUN_KEY",
     "default_id_prefix",
     "export_asset",
+    "export_asset_alias",
     "kafka_exactly_once_export",
 )

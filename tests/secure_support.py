@@ -30,7 +30,7 @@ from .tls_support import Authority, ClientFiles, broker_tls, client_files, make_
 ADMIN = "admin"
 #: The mutual-TLS export principal: the CN of its client certificate.
 TLS_PRINCIPAL = "export-tls"
-SCRAM_USERS = (ADMIN, "export-a", "export-b", "probe")
+SCRAM_USERS = (ADMIN, "export-a", "export-b", "probe", "refused")
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "super.users": f"User:{ADMIN};User:ANONYMOUS",

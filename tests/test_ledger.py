@@ -49,7 +49,7 @@ from .postgres_support import SKIP_POSTGRES_ENV, fresh_schema, postgres_url
 BACKENDS = ["sqlite", "postgresql"]
 TOPIC = "orders"
 #: The newest migration of the ledger's schema.
-HEAD = "0002"
+HEAD = "0003"
 #: How long racers wait for each other at a gate before the test fails (instead of hanging).
 GATE_TIMEOUT = 30
 
@@ -746,3 +746,32 @@ def test_migrations_match_the_schema(ledger: Ledger) -> None:
     with ledger._engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         assert compare_metadata(context, metadata) == []
+
+
+# -- sightings: when recovery first saw an undated open transaction --------------------------
+
+
+def test_a_sighting_keeps_its_first_time_per_identity_and_is_forgotten_once_gone(
+    ledger: Ledger,
+) -> None:
+    """Kept while the same producer id and epoch stay open; a new identity is seen anew; an
+    id no longer open under the prefix is forgotten; another prefix is left alone."""
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    t1, t2 = t0 + timedelta(minutes=5), t0 + timedelta(minutes=10)
+    assert ledger.record_sightings("p", [("p-0", 7, 1), ("p-1", 8, 0)], t0) == {
+        "p-0": t0,
+        "p-1": t0,
+    }
+    assert ledger.record_sightings("q", [("q-0", 9, 0)], t0) == {"q-0": t0}
+    # Round two: p-0 unchanged keeps t0; p-1 has a new epoch (a new transaction): t1.
+    assert ledger.record_sightings("p", [("p-0", 7, 1), ("p-1", 8, 1)], t1) == {
+        "p-0": t0,
+        "p-1": t1,
+    }
+    # Round three: p-0 ended; it is forgotten, and seen anew should it open again.
+    assert ledger.record_sightings("p", [("p-1", 8, 1)], t2) == {"p-1": t1}
+    assert ledger.sightings("p") == {"p-1": (8, 1, t1)}
+    assert ledger.sightings("q") == {"q-0": (9, 0, t0)}
+    assert ledger.record_sightings("p", [("p-0", 7, 1)], t2) == {"p-0": t2}

@@ -8,10 +8,11 @@ EndTxn (a zombie then re-opened the id), ids under the prefix no batch holds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,70 @@ def test_a_ledger_that_does_not_exist_is_refused(tmp_path, bootstrap):
     assert done.returncode == 2
     assert "does not exist" in report["message"]
     assert not (tmp_path / "nope").exists()
+
+
+class NoStartTime(KafkaProtocol):
+    """A coordinator that does not report when a transaction began (Apache Kafka always
+    does for an Ongoing one; some Kafka-compatible brokers do not): the one answer here
+    no real broker of ours gives, so it alone is scripted."""
+
+    def describe_transactions(self, transactional_ids):
+        return [
+            dataclasses.replace(d, transaction_start_time_ms=-1)
+            for d in super().describe_transactions(transactional_ids)
+        ]
+
+
+def test_an_undated_transaction_no_record_holds_is_fenced_a_grace_period_after_first_seen(
+    store, names, make_topic, protocol, bootstrap, settings
+):
+    """Open under the export's prefix, held by no batch, start not reported: left while
+    recovery has seen it for less than the grace period (the first sighting kept in the
+    ledger across rounds and processes), fenced once it has seen it that long; a zombie's
+    new transaction on the same id is a new sighting."""
+    prefix, export_id = names
+    topic = make_topic(1)
+    done = store.begin(export_id, "done", topic=topic, id_prefix=prefix, num_partitions=1)
+    store.decide(export_id, "done", Verdict.ABORT, "never prepared")
+    store.finish(export_id, "done")
+    free, stranger = done.transactional_ids[0], f"{prefix}-7"
+    zombie = open_transaction(settings, free, topic, "zombie")
+    open_transaction(settings, stranger, topic, "stranger")
+    grace = timedelta(minutes=10)
+    first = datetime.now(UTC)
+
+    def round_at(now):
+        with NoStartTime(settings, timeout_ms=10_000) as undated:
+            return recover(
+                store,
+                undated,
+                TransactionController(undated),
+                export_id,
+                [prefix],
+                grace_period=grace,
+                now=now,
+            )
+
+    seen = round_at(first)
+    assert set(seen.live) == {free, stranger}, seen.to_dict()
+    assert not seen.fenced
+    assert set(store.sightings(prefix)) == {free, stranger}
+    almost = round_at(first + grace - timedelta(seconds=1))
+    assert set(almost.live) == {free, stranger} and not almost.fenced, almost.to_dict()
+    assert "first seen open 9 min 59 s ago" in almost.left[free]
+
+    # The zombie on `free` ends and opens a new transaction: a new sighting, not the old one.
+    TransactionController(protocol).abort(zombie)
+    open_transaction(settings, free, topic, "zombie-again")
+    settled = round_at(first + grace)
+    assert set(settled.fenced) == {stranger}, settled.to_dict()
+    assert "open since recovery first saw it 10 min 0 s ago" in settled.fenced[stranger]
+    assert set(settled.live) == {free}, settled.to_dict()
+    assert state(protocol, stranger) != "Ongoing"
+
+    later = round_at(first + 2 * grace + timedelta(seconds=1))
+    assert set(later.fenced) == {free}, later.to_dict()
+    assert later.done, later.to_dict()
+    round_at(first + 3 * grace)  # nothing open any more: the sightings are forgotten
+    assert store.sightings(prefix) == {}
+    assert_exactly_once(protocol, bootstrap, topic, committed=0, aborted=3 * ROWS)

@@ -155,3 +155,20 @@ def test_each_tls_problem_is_named(secure_broker, change, named):
     else:
         assert problem is not None and named in problem, problem
         assert secure_broker.tls_client.key_password not in problem
+
+
+@pytest.mark.parametrize("wrong", ["ca", "host"])
+def test_the_control_plane_names_a_tls_failure_instead_of_waiting_out_its_timeout(
+    secure_broker, wrong
+):
+    """KafkaProtocol itself, without a caller's check first: kafka-python alone retries the
+    handshake until the timeout, then says no broker answered. With a 10-minute timeout a
+    wait would end as BrokerUnreachableError (or the test's own timeout); the answer must be
+    the TLS problem, by name."""
+    settings = (
+        secure_broker.tls(ca=secure_broker.wrong_ca.cert_path)
+        if wrong == "ca"
+        else secure_broker.tls(host="localhost")
+    )
+    with pytest.raises(TlsError, match=NAMED[wrong]):
+        KafkaProtocol(settings, timeout_ms=600_000)

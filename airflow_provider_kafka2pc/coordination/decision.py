@@ -17,6 +17,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import AuthorizationError
 from ..ledger import Batch, BatchState, Participant, ParticipantState, Verdict
 from ..ledger.store import earliest_deadline_ms
 from ..transaction.committable import Committable
@@ -141,6 +142,8 @@ def not_open(protocol: KafkaProtocol, committables: Sequence[Committable]) -> di
     if protocol.api_version(ApiKey.DESCRIBE_TRANSACTIONS) is not None:
         try:
             described = protocol.describe_transactions([c.transactional_id for c in committables])
+        except AuthorizationError:
+            raise  # refused: the markers would call the batch open, and its commit fail
         except Exception as exc:  # unknown id and kin: the log's markers decide instead
             log.warning("DescribeTransactions failed (%s); reading the markers", exc)
         else:

@@ -22,7 +22,6 @@ from ..transaction.acls import authorization_error
 from ..transaction.controller import RetryPolicy, TransactionController
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.settings import redact
-from ..transaction.tls import check_tls
 from ..utils.connections import require_connection
 
 
@@ -82,8 +81,7 @@ class Kafka2pcHook(KafkaBaseHook):
         the broker's authorization refusals inside the block become
         :class:`~..errors.AuthorizationError`, naming the principal and the missing ACL."""
         settings = self.settings()
-        check_tls(settings, self.timeout_ms / 1000)
-        try:
+        try:  # KafkaProtocol names a TLS problem (check_tls) before anything opens
             with KafkaProtocol(settings, timeout_ms=self.timeout_ms) as protocol:
                 yield protocol
         except Exception as exc:
@@ -109,15 +107,16 @@ class Kafka2pcHook(KafkaBaseHook):
             yield TransactionController(own, RetryPolicy(deadline_s=deadline_s))
 
     def check_topic(self, topic: str) -> int:
-        """Number of partitions of ``topic``; a clear error when it does not exist."""
+        """Number of partitions of ``topic``; a clear error when it does not exist or this
+        connection's principal may not WRITE it."""
         with self.protocol() as protocol:
             try:
-                return len(protocol.partition_leaders(topic))
+                return len(protocol.partition_leaders(topic, for_write=True))
             except ProtocolError as exc:
                 refused = authorization_error(
                     exc,
                     self.settings(),
-                    f"use topic {topic!r} through Kafka connection {self.kafka_config_id!r}",
+                    f"write to topic {topic!r} through Kafka connection {self.kafka_config_id!r}",
                     topics=[topic],
                 )
                 if refused is not None:

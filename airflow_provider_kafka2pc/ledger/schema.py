@@ -119,3 +119,16 @@ leases = Table(
     Column("leased_at", UtcDateTime()),
     Index(None, "export_id", "run_key"),
 )
+
+#: Open transactions recovery found that no ledger record holds and whose start the
+#: transaction coordinator did not report: when recovery first saw each one (as this
+#: producer id and epoch), so that the grace period can run from then.
+sightings = Table(
+    "kafka2pc_sightings",
+    metadata,
+    Column("transactional_id", String(200), primary_key=True),
+    Column("id_prefix", String(200), nullable=False, index=True),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", Integer, nullable=False),
+    Column("first_seen_at", UtcDateTime(), nullable=False),
+)

@@ -30,7 +30,7 @@ from ..transaction.committable import Committable
 from ..transaction.manifest import PARTITIONINGS
 from . import database, pool
 from .key import BatchKey
-from .schema import batches, leases, now, participants
+from .schema import batches, leases, now, participants, sightings
 from .states import (
     BATCH_TRANSITIONS,
     BatchState,
@@ -387,6 +387,55 @@ class Ledger:
             query = query.where(leases.c.id_prefix == id_prefix)
         with database.reading(self._engine) as conn:
             return [Lease(**r._asdict()) for r in conn.execute(query)]
+
+    # -- open transactions no record holds ------------------------------------------------
+
+    def sightings(self, id_prefix: str) -> dict[str, tuple[int, int, datetime]]:
+        """``{transactional id: (producer id, epoch, first seen)}`` under ``id_prefix``."""
+        query = select(sightings).where(sightings.c.id_prefix == id_prefix)
+        with database.reading(self._engine) as conn:
+            return {
+                r.transactional_id: (r.producer_id, r.producer_epoch, r.first_seen_at)
+                for r in conn.execute(query)
+            }
+
+    def record_sightings(
+        self, id_prefix: str, seen: Sequence[tuple[str, int, int]], when: datetime
+    ) -> dict[str, datetime]:
+        """Record that recovery saw ``seen`` ((id, producer id, epoch), all under
+        ``id_prefix``) open at ``when``, and forget the prefix's other sightings (ended).
+
+        An id keeps its first sighting while its producer id and epoch stay the same; a new
+        identity is a new transaction, first seen now. Returns each seen id's first sighting.
+        """
+        wanted = {tid: (pid, epoch) for tid, pid, epoch in seen}
+        first: dict[str, datetime] = {}
+        with database.writing(self._engine) as conn:
+            known = {
+                r.transactional_id: r
+                for r in conn.execute(select(sightings).where(sightings.c.id_prefix == id_prefix))
+            }
+            gone = [tid for tid in known if tid not in wanted]
+            if gone:
+                conn.execute(delete(sightings).where(sightings.c.transactional_id.in_(gone)))
+            for tid, (pid, epoch) in wanted.items():
+                row = known.get(tid)
+                if row is not None and (row.producer_id, row.producer_epoch) == (pid, epoch):
+                    first[tid] = row.first_seen_at
+                    continue
+                if row is not None:
+                    conn.execute(delete(sightings).where(sightings.c.transactional_id == tid))
+                conn.execute(
+                    insert(sightings).values(
+                        transactional_id=tid,
+                        id_prefix=id_prefix,
+                        producer_id=pid,
+                        producer_epoch=epoch,
+                        first_seen_at=when,
+                    )
+                )
+                first[tid] = when
+        return first
 
     def _transition(
         self,

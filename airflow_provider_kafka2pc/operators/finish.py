@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk import BaseOperator, Context
 
 from .. import defaults
 from ..coordination.finish import Coordinator, Finished, Reprepare
@@ -29,6 +29,7 @@ from ..errors import (
 from ..hooks.export import ExportHook
 from ..ledger import Batch, BatchKey, Participant
 from ..transaction.committable import Committable
+from ..utils.assets import emit_committed
 from ..utils.task_errors import failing_permanent_errors
 from ..version_compat import AirflowFailException, Stats
 
@@ -80,9 +81,12 @@ class _FinishOperator(BaseOperator):
 class KafkaTransactionCommitOperator(_FinishOperator):
     """Commit every participant of a batch whose recorded verdict is COMMIT.
 
-    On success the batch is COMMITTED in the ledger and, when ``outlets`` hold the topic's
-    asset, an asset event carries ``{"run_key", "committed"}`` in its extra; downstream
-    DAGs scheduled on it run on committed data only.
+    On success the batch is COMMITTED in the ledger and each asset in ``outlets`` gets an
+    event whose extra carries ``{"export_id", "run_key", "committed"}``; through the
+    export's alias (``kafka2pc:<kafka_conn_id>:<topic>``, declared without reading the
+    connection) the event is for the topic's asset ``create_asset(server=..., topic=...)``,
+    built from the connection now. Downstream DAGs scheduled on it run on committed data
+    only.
 
     A participant found LOST (aborted on the broker before the commit, its transaction
     timed out or fenced) is recorded LOST, re-prepared by the
@@ -160,10 +164,16 @@ class KafkaTransactionCommitOperator(_FinishOperator):
             "run_key": self.run_key,
             "committed": finished.records,
         }
-        for outlet in self.outlets:
-            if isinstance(outlet, Asset):
-                context["outlet_events"][outlet].extra = extra
-        self._committed = (hook.kafka.bootstrap_server(), batch, finished.records)
+        server = hook.kafka.bootstrap_server()
+        emit_committed(
+            context["outlet_events"],
+            self.outlets,
+            kafka_conn_id=self.kafka_conn_id,
+            topic=batch.topic,
+            server=server,
+            extra=extra,
+        )
+        self._committed = (server, batch, finished.records)
         return self._result(finished)
 
     def get_openlineage_facets_on_start(self) -> Any:

@@ -41,6 +41,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from .. import defaults
 from ..errors import (
+    AuthorizationError,
     BrokerMovedError,
     BrokerUnreachableError,
     ConfigurationError,
@@ -48,10 +49,12 @@ from ..errors import (
     ProtocolError,
     UnsupportedError,
 )
+from .acls import authorization_error
 from .described import CoordinatorTxnState, DescribedTransaction, ListedTransaction
 from .failover import Failover
 from .naming import java_prefix_pattern
 from .settings import bootstrap_servers, to_kafka_python
+from .tls import check_tls
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,9 @@ CLASSIC_PRODUCE_MAX_VERSION = 11
 KIP890_PRODUCE_VERSION = 12
 #: AddPartitionsToTxn v4+ is the broker-to-broker form; clients send at most v3.
 CLIENT_ADD_PARTITIONS_MAX_VERSION = 3
+#: Kafka's AclOperation code for WRITE: its bit in Metadata's topic_authorized_operations
+#: (Metadata v8+ with include_topic_authorized_operations, KIP-430).
+ACL_OPERATION_WRITE = 4
 
 
 class ErrorCode(enum.IntEnum):
@@ -301,8 +307,12 @@ class KafkaProtocol:
         failover: Failover | None = None,
     ) -> None:
         self._servers = bootstrap_servers(config)
+        self._config = dict(config)
         self._timeout_ms = timeout_ms
         self._failover = failover or Failover()
+        # A TLS problem is named now: kafka-python would retry the handshake until the
+        # timeout and then report no broker at all.
+        check_tls(config, min(timeout_ms / 1000, 10.0))
         self._kp_config = to_kafka_python(config)
         self._kp_config.setdefault("request_timeout_ms", timeout_ms)
         # Room for a full fetch answer (kafka-python's default frame limit is 1 MB).
@@ -347,6 +357,10 @@ class KafkaProtocol:
         fences it (``broker.session.timeout.ms``); Kafka's own clients route around it,
         and so must we: one node down during a rolling restart is not an error. Only
         when no node answers is the connection lost.
+
+        A node that does not answer at all (paused: its connection stays open) gets at
+        most :data:`~..defaults.ANY_NODE_ATTEMPT_MS` while another node is left to ask;
+        the last one gets the whole request timeout.
         """
         tried: list[int | str] = []
         last: ConnectionLostError | None = None
@@ -357,8 +371,10 @@ class KafkaProtocol:
                     f"{request.__class__.__name__}: no Kafka node answered "
                     f"(tried {', '.join(map(str, tried))}); last: {last}"
                 )
+            others = self._untried_node([*tried, node]) is not None
+            bound = min(self._timeout_ms, defaults.ANY_NODE_ATTEMPT_MS) if others else None
             try:
-                return self._send(node, request)
+                return self._send(node, request, timeout_ms=bound)
             except ConnectionLostError as exc:
                 last = exc
                 tried.append(node)
@@ -376,9 +392,11 @@ class KafkaProtocol:
         ]
         return next((node for node in known if node not in tried), None)
 
-    def _send(self, node: int | str, request: Any) -> Any:
+    def _send(self, node: int | str, request: Any, timeout_ms: int | None = None) -> Any:
         try:
-            return self._client.send_and_receive(node, request, timeout_ms=self._timeout_ms)
+            return self._client.send_and_receive(
+                node, request, timeout_ms=timeout_ms or self._timeout_ms
+            )
         except (
             kafka_errors.KafkaConnectionError,
             kafka_errors.KafkaTimeoutError,
@@ -387,9 +405,10 @@ class KafkaProtocol:
             kafka_errors.Cancelled,
             ConnectionError,
         ) as exc:
+            waited = f" within {timeout_ms} ms" if timeout_ms else ""
             raise ConnectionLostError(
                 f"{request.__class__.__name__} to node {node}{self._address(node)}: "
-                f"{type(exc).__name__}"
+                f"{type(exc).__name__}{waited}"
             ) from None
 
     def _address(self, node: int | str) -> str:
@@ -615,13 +634,20 @@ class KafkaProtocol:
 
     # -- log ----------------------------------------------------------------
 
-    def partition_leaders(self, topic: str) -> dict[int, int]:
-        """Partition -> leader node id; raises ProtocolError for an unknown topic."""
+    def partition_leaders(self, topic: str, *, for_write: bool = False) -> dict[int, int]:
+        """Partition -> leader node id; raises ProtocolError for an unknown topic.
+
+        ``for_write``: also TOPIC_AUTHORIZATION_FAILED when this principal may see the topic
+        but not WRITE it (Metadata v8+ reports the operations the principal is allowed):
+        the writer would otherwise learn it only from a failed AddPartitionsToTxn, which
+        librdkafka reports as purged records.
+        """
         version = self._require(ApiKey.METADATA, cap=8, minimum=4)
         request = MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
             allow_auto_topic_creation=False,
             version=version,
+            **({"include_topic_authorized_operations": True} if version >= 8 else {}),
         )
         answer = self._send_any(request)
         for entry in answer.topics:
@@ -631,6 +657,14 @@ class KafkaProtocol:
             if entry.error_code:
                 raise ProtocolError(
                     f"topic {topic!r}: {error_name(entry.error_code)}", error_name(entry.error_code)
+                )
+            # kafka-python decodes the bitfield as the set of bits set; None when omitted.
+            allowed = getattr(entry, "authorized_operations", None)
+            if for_write and allowed is not None and ACL_OPERATION_WRITE not in allowed:
+                raise ProtocolError(
+                    f"topic {topic!r}: visible but not writable (no WRITE among the "
+                    "operations the broker allows this principal)",
+                    "TOPIC_AUTHORIZATION_FAILED",
                 )
             return {p.partition_index: p.leader_id for p in entry.partitions}
         raise ProtocolError(f"topic {topic!r}: not in metadata", "UNKNOWN_TOPIC_OR_PARTITION")
@@ -718,6 +752,13 @@ class KafkaProtocol:
 
         return self._failover.run(what, attempt)
 
+    def _refused(
+        self, exc: BaseException, action: str, *, transactional_ids: Sequence[str] = ()
+    ) -> AuthorizationError | None:
+        """``exc`` as the :class:`AuthorizationError` it is, or None: kafka-python's admin
+        client raises the broker's refusals as its own error classes."""
+        return authorization_error(exc, self._config, action, transactional_ids=transactional_ids)
+
     def _drop_admin(self) -> None:
         admin, self._admin = self._admin, None
         if admin is not None:
@@ -743,15 +784,21 @@ class KafkaProtocol:
         """
         version = self._require(ApiKey.LIST_TRANSACTIONS)
         on_broker = prefix is not None and version >= 2
-        by_broker = self._admin_call(
-            "ListTransactions",
-            lambda admin: admin.list_transactions(
-                state_filters=[str(s) for s in states] if states else None,
-                transactional_id_pattern=(
-                    java_prefix_pattern(prefix) if on_broker and prefix else None
+        try:
+            by_broker = self._admin_call(
+                "ListTransactions",
+                lambda admin: admin.list_transactions(
+                    state_filters=[str(s) for s in states] if states else None,
+                    transactional_id_pattern=(
+                        java_prefix_pattern(prefix) if on_broker and prefix else None
+                    ),
                 ),
-            ),
-        )
+            )
+        except kafka_errors.KafkaError as exc:
+            refused = self._refused(exc, "list transactions")
+            if refused is None:
+                raise
+            raise refused from None
         rows = [
             ListedTransaction(
                 broker=broker,
@@ -769,10 +816,16 @@ class KafkaProtocol:
 
     def describe_transactions(self, transactional_ids: list[str]) -> list[DescribedTransaction]:
         self._require(ApiKey.DESCRIBE_TRANSACTIONS)
-        described = self._admin_call(
-            f"DescribeTransactions of {list(transactional_ids)}",
-            lambda admin: admin.describe_transactions(transactional_ids),
-        )
+        try:
+            described = self._admin_call(
+                f"DescribeTransactions of {list(transactional_ids)}",
+                lambda admin: admin.describe_transactions(transactional_ids),
+            )
+        except kafka_errors.KafkaError as exc:
+            refused = self._refused(exc, "describe", transactional_ids=transactional_ids)
+            if refused is None:
+                raise
+            raise refused from None
         return [
             DescribedTransaction(
                 transactional_id=tid,

@@ -19,7 +19,14 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .. import defaults
-from ..errors import BrokerUnreachableError, ConfigurationError, Kafka2pcError, WriteError
+from ..errors import (
+    BrokerUnreachableError,
+    ConfigurationError,
+    Kafka2pcError,
+    ProtocolError,
+    WriteError,
+)
+from .acls import authorization_error
 from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
 from .naming import validate_transactional_id
 from .settings import bootstrap_servers, redact_strictly, scrub
@@ -339,6 +346,13 @@ class TransactionalWriter:
                 f"({exc.args[0].name()})"
             ) from None
         entry = metadata.topics.get(topic)
+        if (
+            entry is not None
+            and entry.error is not None
+            and entry.error.code() == (KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        ):
+            refused = ProtocolError(f"topic {topic!r}: {entry.error.str()}", entry.error.name())
+            raise authorization_error(refused, self._config, "prepare", topics=[topic]) or refused
         if entry is None or entry.error is not None:
             reason = entry.error.str() if entry is not None and entry.error else "not found"
             raise ConfigurationError(
@@ -364,6 +378,14 @@ class TransactionalWriter:
                 raise BrokerUnreachableError(
                     f"{what} got no answer from {self._servers} within {timeout} s"
                 ) from None
+            refused = authorization_error(
+                ProtocolError(f"{what}: {err.str()}", err.name()),
+                self._config,
+                "prepare",
+                transactional_ids=[self.transactional_id],
+            )
+            if refused is not None:  # InitProducerId: WRITE on the transactional id
+                raise refused from None
             raise WriteError(f"{what} failed: {err.str()}") from None
 
     def _produce_all(

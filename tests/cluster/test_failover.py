@@ -13,12 +13,16 @@ Timings are printed (``-s``) as ``TIMING`` lines.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.broker import KafkaCluster
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import (
@@ -238,3 +242,30 @@ def test_a_node_just_killed_is_routed_around_by_requests_any_node_answers(
     assert counts and set(counts) == {3}, counts
     assert listed, "the victim was never listed: the window this test needs was missed"
     assert "asking another node" in caplog.text, (counts, caplog.text[-2000:])
+
+
+def test_a_paused_node_costs_one_attempt_bound_not_a_request_timeout(
+    kafka_cluster, cluster_topic, cluster_settings, caplog
+):
+    """A node SIGSTOPped keeps its connections open and never answers. A request any node
+    can answer gives it at most ``ANY_NODE_ATTEMPT_MS`` while other nodes are left, then
+    asks another: the answers come within one request timeout (60 s here), not after it."""
+    caplog.set_level("INFO", logger="airflow_provider_kafka2pc.transaction.protocol")
+    with KafkaProtocol(cluster_settings, timeout_ms=60_000) as protocol:
+        assert len(protocol.partition_leaders(cluster_topic)) == 3
+        victim = protocol._client.least_loaded_node()  # the connected node asked next
+        pid = kafka_cluster.node(int(victim)).pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            leaders = protocol.partition_leaders(cluster_topic)
+            protocol.find_transaction_coordinator(f"paused-{uuid.uuid4().hex[:8]}")
+            elapsed = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    print(f"\nnode {victim} paused: Metadata + FindCoordinator answered in {elapsed:.1f} s")
+    assert len(leaders) == 3, leaders
+    routed = f"to node {victim} at "
+    assert routed in caplog.text and "asking another node" in caplog.text, caplog.text[-2000:]
+    assert f"within {defaults.ANY_NODE_ATTEMPT_MS} ms" in caplog.text, caplog.text[-2000:]
+    assert elapsed < 60, elapsed  # a whole request timeout on the paused node would be 60 s

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ... import defaults
-from ...errors import UnsupportedError
+from ...errors import AuthorizationError, UnsupportedError
 from ...ledger import Ledger
 from ...transaction import naming
 from ...transaction.described import OPEN_STATES, CoordinatorTxnState, DescribedTransaction
@@ -134,7 +134,7 @@ def _describe(protocol: KafkaProtocol, ids: Sequence[str]) -> dict[str, OpenTran
         return {}
     try:
         rows = protocol.describe_transactions(list(ids))
-    except UnsupportedError:
+    except (UnsupportedError, AuthorizationError):
         raise
     except Exception as exc:  # one unknown id fails the whole request: ask one by one
         log.info("DescribeTransactions of %d ids failed (%s); asking per id", len(ids), exc)

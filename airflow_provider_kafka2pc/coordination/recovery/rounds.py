@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from ... import defaults
@@ -18,6 +18,7 @@ from ...errors import (
 )
 from ...ledger import BatchKey, Lease, Ledger, ParticipantState, Verdict
 from ...transaction import naming
+from ...transaction.acls import authorization_failure
 from ...transaction.controller import Outcome, TransactionController
 from ...transaction.protocol import KafkaProtocol
 from ..finish import Coordinator, Finished
@@ -110,6 +111,7 @@ def recover(
         own_run_key=own_run_key,
         now=now,
         grace_period=grace_period,
+        first_seen=first_sightings(ledger, found, searched, now, dry_run=dry_run),
     )
     _report_plans(report, batch_plans, txn_plans, now)
     if dry_run:
@@ -153,6 +155,36 @@ def discover_all(
     return found, searched
 
 
+def first_sightings(
+    ledger: Ledger,
+    found: Sequence[OpenTransaction],
+    searched: Sequence[str],
+    now: datetime,
+    *,
+    dry_run: bool = False,
+) -> dict[str, datetime]:
+    """When recovery first saw each found transaction whose start the coordinator does not
+    report, kept in the ledger across rounds (a dry run only reads); the ledger forgets
+    the prefix's other sightings, whose transactions have ended."""
+    first: dict[str, datetime] = {}
+    for prefix in searched:
+        undated = [
+            (t.transactional_id, t.producer_id, t.producer_epoch)
+            for t in found
+            if t.known and t.start_time_ms < 0 and naming.prefix_of(t.transactional_id) == prefix
+        ]
+        if dry_run:
+            known = ledger.sightings(prefix)
+            first.update(
+                (tid, known[tid][2])
+                for tid, pid, epoch in undated
+                if tid in known and known[tid][:2] == (pid, epoch)
+            )
+        else:
+            first.update(ledger.record_sightings(prefix, undated, now))
+    return first
+
+
 def plan_round(
     ledger: Ledger,
     export_id: str,
@@ -162,6 +194,7 @@ def plan_round(
     own_run_key: str | None,
     now: datetime,
     grace_period: timedelta,
+    first_seen: Mapping[str, datetime] | None = None,
 ) -> tuple[list[BatchPlan], list[TransactionPlan]]:
     """The rules (:mod:`.rules`) applied to the ledger's in-doubt batches and to what was
     found open; acts on nothing."""
@@ -178,6 +211,7 @@ def plan_round(
             export_id=export_id,
             now=now,
             grace_period=grace_period,
+            first_seen=(first_seen or {}).get(txn.transactional_id),
         )
         for txn in found
     ]
@@ -305,6 +339,8 @@ def _fence(report: RecoveryReport, controller: TransactionController, tid: str, 
         report.leave(tid, f"fence failed, retried next round: {exc}")
         return
     except Kafka2pcError as exc:
+        if authorization_failure(exc) is not None:
+            raise  # a missing ACL stops the round: no later round does better
         report.failed[tid] = f"fence failed: {exc}"
         return
     report.fenced[tid] = f"{why}; now pid {result.producer_id} epoch {result.producer_epoch}"
@@ -330,6 +366,8 @@ def _finish_batch(
         report.leave(label, str(exc))
         return None
     except Kafka2pcError as exc:  # refused by the broker or the ledger: a person looks
+        if authorization_failure(exc) is not None:
+            raise  # a missing ACL stops the round: no later round does better
         report.failed[label] = f"{type(exc).__name__}: {exc}"
         return None
     report.batches[label] = f"{finished.batch.state.value} ({finished.records} records)"

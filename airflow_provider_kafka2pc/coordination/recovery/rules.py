@@ -117,8 +117,14 @@ def classify(
     export_id: str,
     now: datetime,
     grace_period: timedelta,
+    first_seen: datetime | None = None,
 ) -> TransactionPlan:
-    """What to do with one open transaction, given the batch that holds its id (if any)."""
+    """What to do with one open transaction, given the batch that holds its id (if any).
+
+    ``first_seen``: when recovery first saw this transaction (same producer id and epoch)
+    open, from the ledger; it dates a transaction whose start the coordinator does not
+    report, so that one too is fenced once open past the grace period.
+    """
     tid = txn.transactional_id
     if holder is None:
         if lease is not None and lease.leased:
@@ -132,9 +138,12 @@ def classify(
         if not txn.known:
             why = f"{record}; the broker cannot say whether it is open: fenced to be sure"
             return TransactionPlan(txn, TransactionAction.FENCE, why)
-        if age is None or age < grace_period:
-            opened = "at an unknown time" if age is None else f"{_span(age)} ago"
-            why = f"{record}; opened {opened}, within the grace period {_span(grace_period)}"
+        if age is None:
+            return _undated(txn, record, now, grace_period, first_seen)
+        if age < grace_period:
+            why = (
+                f"{record}; opened {_span(age)} ago, within the grace period {_span(grace_period)}"
+            )
             return TransactionPlan(txn, TransactionAction.LEAVE, why, live=True)
         why = f"{record}; open for {_span(age)} (grace period {_span(grace_period)})"
         return TransactionPlan(txn, TransactionAction.FENCE, why)
@@ -164,6 +173,29 @@ def classify(
         )
         return TransactionPlan(txn, TransactionAction.FENCE, why, key)
     return TransactionPlan(txn, TransactionAction.COMMIT, f"batch {key}: {holder.why}", key)
+
+
+def _undated(
+    txn: OpenTransaction,
+    record: str,
+    now: datetime,
+    grace_period: timedelta,
+    first_seen: datetime | None,
+) -> TransactionPlan:
+    """No record, and the coordinator reports no start: the grace period runs from when
+    recovery first saw it open (kept in the ledger); never seen before: seen now."""
+    seen = now - first_seen if first_seen is not None else timedelta(0)
+    if seen < grace_period:
+        why = (
+            f"{record}; start not reported, first seen open {_span(seen)} ago, within the "
+            f"grace period {_span(grace_period)}"
+        )
+        return TransactionPlan(txn, TransactionAction.LEAVE, why, live=True)
+    why = (
+        f"{record}; start not reported, open since recovery first saw it {_span(seen)} ago "
+        f"(grace period {_span(grace_period)})"
+    )
+    return TransactionPlan(txn, TransactionAction.FENCE, why)
 
 
 def _span(delta: timedelta) -> str:

@@ -13,9 +13,12 @@ Rows whose id starts ``README DIFFERS:`` test what the code does where it depart
 those two sentences: a batch with no verdict is decided ABORT as soon as its earliest
 transaction has timed out, within the grace period too (the docstring of
 ``coordination.recovery`` says so, the README does not), so a live run's other, still open
-transactions are aborted; and an open transaction no ledger record knows, whose start time
-the coordinator does not report, is left for ever instead of fenced. ``README SILENT:``
-rows apply a rule the README does not state.
+transactions are aborted. ``README SILENT:`` rows apply a rule the README does not state.
+
+An open transaction no ledger record holds and whose start the coordinator does not report
+(``UNDATED_RULES``) is fenced once open past the grace period counted from when recovery
+first saw it (same producer id and epoch; the ledger keeps the first sighting), no longer
+left for ever.
 """
 
 from __future__ import annotations
@@ -461,8 +464,9 @@ CLASSIFY_RULES = [
         T.LEAVE,
         True,
         None,
-        "no ledger record of this id; opened at an unknown time, within the grace period",
-        id="README DIFFERS: no ledger record, start time unknown -> LEAVE live, never fenced",
+        "no ledger record of this id; start not reported, first seen open 0 s ago, within "
+        "the grace period",
+        id="no ledger record, start time unknown, first sighting -> LEAVE live (see UNDATED)",
     ),
     _txn_row(
         None,
@@ -665,3 +669,115 @@ def test_recovery_classifies_each_open_transaction_by_its_holder_lease_state_and
     assert left_live is live
     assert (None if key is None else str(key)) == held_by
     assert judged is txn
+
+
+# -- no record, no start time: the grace period runs from the first sighting ---------------
+
+UNDATED = open_txn(age=None)
+
+
+def _undated_row(lease_, first_seen_ago, action, live, why, id):
+    return pytest.param(lease_, first_seen_ago, action, live, why, id=id)
+
+
+UNDATED_RULES = [
+    _undated_row(
+        None,
+        None,
+        T.LEAVE,
+        True,
+        "first seen open 0 s ago, within the grace period 10 min 0 s",
+        id="never seen before (a dry run's first look) -> LEAVE live",
+    ),
+    _undated_row(
+        None,
+        SECONDS,
+        T.LEAVE,
+        True,
+        "first seen open 42 s ago, within the grace period",
+        id="first seen 42 s ago -> LEAVE live",
+    ),
+    _undated_row(
+        None,
+        JUST_UNDER,
+        T.LEAVE,
+        True,
+        "first seen open 9 min 59 s ago, within the grace period",
+        id="first seen a second inside the grace period -> LEAVE live",
+    ),
+    _undated_row(
+        None,
+        AT_GRACE,
+        T.FENCE,
+        False,
+        "no ledger record of this id; start not reported, open since recovery first saw it "
+        "10 min 0 s ago (grace period 10 min 0 s)",
+        id="first seen exactly the grace period ago -> FENCE",
+    ),
+    _undated_row(
+        None,
+        HOURS,
+        T.FENCE,
+        False,
+        "open since recovery first saw it 2 h 10 min ago",
+        id="first seen hours ago -> FENCE",
+    ),
+    _undated_row(
+        free_lease(),
+        STALE,
+        T.FENCE,
+        False,
+        "no batch holds this id; start not reported, open since recovery first saw it 20 min",
+        id="free lease, first seen 20 min ago -> FENCE",
+    ),
+    _undated_row(
+        lease(),
+        HOURS,
+        T.LEAVE,
+        True,
+        "leased by run",
+        id="leased by a run that began after the round read the ledger -> LEAVE live, whatever "
+        "the sighting",
+    ),
+]
+
+
+@pytest.mark.parametrize(("lease_", "first_seen_ago", "action", "live", "why"), UNDATED_RULES)
+def test_an_undated_transaction_no_record_holds_is_fenced_past_the_grace_from_first_sighting(
+    lease_, first_seen_ago, action, live, why
+):
+    first_seen = None if first_seen_ago is None else NOW - first_seen_ago
+    result = classify(
+        UNDATED, None, lease_, export_id=EXPORT, now=NOW, grace_period=GRACE, first_seen=first_seen
+    )
+
+    assert result.action is action, result.why
+    assert why in result.why
+    assert result.live is live
+    assert result.batch_key is None
+
+
+def test_a_sighting_does_not_change_what_a_holder_or_a_dated_transaction_gets():
+    """The first sighting only dates what the coordinator does not: a dated transaction is
+    judged by its own start, a held one by its batch."""
+    long_ago = NOW - HOURS
+    dated = classify(
+        open_txn(age=FRESH),
+        None,
+        None,
+        export_id=EXPORT,
+        now=NOW,
+        grace_period=GRACE,
+        first_seen=long_ago,
+    )
+    assert dated.action is T.LEAVE and dated.live, dated.why
+    held = classify(
+        open_txn(age=None),
+        holder(),
+        None,
+        export_id=EXPORT,
+        now=NOW,
+        grace_period=GRACE,
+        first_seen=long_ago,
+    )
+    assert held.action is T.COMMIT, held.why
