@@ -75,14 +75,14 @@ def jvm_write(
     header_names: Sequence[str],
     selected: Sequence[int] | None,
 ) -> list[Any]:
-    """Run the write job; one result row per written partition.
+    """Run the write job (call :func:`ensure_on_classpath` first); one result row per
+    written partition.
 
     ``settings`` are the Java producer's (:func:`java_producer_settings`). They reach the
     executors inside the task's function object only, never in the plan's text: its
     ``toString`` names the topic and the number of ids.
     """
     spark = prepared.sparkSession
-    ensure_on_classpath(spark)
     writer = _writer_class(spark)
     jdf = writer.prepare(
         prepared._jdf,
@@ -102,39 +102,31 @@ def producer_settings(config: Mapping[str, Any], transaction_timeout_ms: int) ->
 
 
 def ensure_on_classpath(spark: SparkSession) -> str:
-    """Make our jar and kafka-clients loadable by the driver and the executors; returns
-    the kafka-clients version the JVM loads."""
-    version = _clients_version(spark)
-    if version is not None:
-        return version
-    if not _has_writer_class(spark):
-        _add_jar(spark, JAR)
-    if _clients_version(spark) is None:
+    """Make kafka-clients and our jar loadable by the driver and the executors; returns
+    the kafka-clients version the JVM loads.
+
+    kafka-clients is added first, before anything calls into our classes: the JVM caches a
+    failed class resolution, so a writer class that once missed KafkaProducer would miss it
+    for good in this session.
+    """
+    jvm = spark.sparkContext._jvm
+    if not isinstance(jvm.org.apache.kafka.clients.producer.KafkaProducer, JavaClass):
         _add_jar(spark, kafka_clients_jar())
-    version = _clients_version(spark)
-    if version is None:
+    if not isinstance(_writer_class(spark), JavaClass):
+        _add_jar(spark, JAR)
+    try:
+        return str(_writer_class(spark).kafkaClientsVersion())
+    except Exception as exc:  # the class missing (JavaPackage not callable), or a Java error
         raise ConfigurationError(
-            f"the JVM writer cannot load {WRITER_CLASS} with kafka-clients from {JAR} and "
-            f"{kafka_clients_jar()}; start Spark with --packages {KAFKA_CLIENTS} and --jars "
-            f"{JAR}, or use writer='python'"
-        )
-    return version
+            f"the JVM writer cannot load {WRITER_CLASS} and kafka-clients ({type(exc).__name__});"
+            f" start Spark with --packages {KAFKA_CLIENTS} and --jars {JAR}, or use "
+            "writer='python'"
+        ) from None
 
 
 def _writer_class(spark: SparkSession) -> Any:
-    return spark.sparkContext._jvm.kafka2pc.spark.JvmWriter  # type: ignore[union-attr]
-
-
-def _has_writer_class(spark: SparkSession) -> bool:
     """py4j names a class it cannot load a package (``JavaPackage``)."""
-    return isinstance(_writer_class(spark), JavaClass)
-
-
-def _clients_version(spark: SparkSession) -> str | None:
-    try:
-        return str(_writer_class(spark).kafkaClientsVersion())
-    except Exception:  # the class (JavaPackage not callable) or kafka-clients missing
-        return None
+    return spark.sparkContext._jvm.kafka2pc.spark.JvmWriter  # type: ignore[union-attr]
 
 
 def _add_jar(spark: SparkSession, jar: Path) -> None:

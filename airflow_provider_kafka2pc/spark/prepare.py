@@ -49,7 +49,14 @@ from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
 from .alignment import Alignment, register_key_hash, why_not_aligned
-from .jvm_writer import JVM, PYTHON, check_writer, jvm_write, producer_settings
+from .jvm_writer import (
+    JVM,
+    PYTHON,
+    check_writer,
+    ensure_on_classpath,
+    jvm_write,
+    producer_settings,
+)
 from .partition_writer import (
     HEADER_PREFIX,
     KEY,
@@ -159,6 +166,8 @@ def prepare_dataframe(
             raise ConfigurationError("on_batch runs in Python workers: writer='python' only")
         # Checked and translated before anything opens: an unmappable setting is named now.
         java_settings = producer_settings(producer_config, transaction_timeout_ms)
+        version = ensure_on_classpath(df.sparkSession)
+        log.info("writer jvm: Kafka's Java producer, kafka-clients %s", version)
     selected = _selected(repair.partitions if repair else None, len(ids))
     expected = _expected(repair.expected_rows, len(ids)) if repair else None
     spark = df.sparkSession

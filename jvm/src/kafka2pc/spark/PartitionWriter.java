@@ -40,9 +40,9 @@ import org.apache.spark.sql.types.StructType;
  * the abort a graceful close makes; its producer id and epoch come from the broker
  * (DescribeTransactions, state Ongoing), never from the producer's internals.
  *
- * <p>Holds the producer settings, credentials included: {@link #toString()} names only the
- * topic and the number of ids, because Spark prints a function's toString in the plan (the
- * SQL tab of its UI, {@code explain()}).
+ * <p>Holds the producer settings, credentials included, in fields only: Spark 4.3's plan
+ * (its UI's SQL tab, {@code explain()}) names the lambda it wraps this function in, and
+ * {@link #toString()} names only the topic and the number of ids, should anything print it.
  */
 final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
     private static final long serialVersionUID = 1L;
