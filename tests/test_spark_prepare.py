@@ -494,14 +494,18 @@ def submit_prepare(
     return done.returncode, manifest, done.stdout
 
 
+@WRITERS
 def test_spark_submit_local_then_commit_from_another_process(
-    bootstrap, protocol, make_topic, tmp_path
+    bootstrap, protocol, make_topic, tmp_path, writer
 ):
     topic = make_topic(4)
-    code, manifest, stdout = submit_prepare("local[2]", bootstrap, topic, tmp_path, ids(4))
+    code, manifest, stdout = submit_prepare(
+        "local[2]", bootstrap, topic, tmp_path, ids(4), "--writer", writer
+    )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
     assert last_json(stdout)["source_rows"] == ROWS
     batch = Manifest.from_json(manifest.read_text())
+    assert batch.metadata["writer"] == writer
     # The application and its Python workers are gone; the transactions are not.
     assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
 

@@ -48,6 +48,7 @@ from ..spark.job import (
     spark_submit_binary,
     summary,
 )
+from ..spark.writers import PYTHON_WRITER, check_writer
 from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import HASH, Manifest
@@ -99,6 +100,9 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         topic whose partitions are a multiple of ``num_partitions``, otherwise the rows are
         partitioned by hash). Loss repair uses the same setting: change it only between
         intervals.
+    :param writer: who writes the transactions: ``"python"`` (confluent-kafka in Spark's
+        Python workers, the default) or ``"jvm"`` (Kafka's Java producer inside the
+        executors; docs/jvm-writer.md). Loss repair re-prepares with the same. (templated)
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
     """
 
@@ -110,6 +114,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         "topic",
         "id_prefix",
         "manifest_dir",
+        "writer",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"source": "json", "conf": "json"}
     ui_color = "#f4a460"
@@ -133,9 +138,12 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         manifest_dir: str | None = None,
         progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
         align_with_kafka: bool = True,
+        writer: str = PYTHON_WRITER,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
+        if "{{" not in writer:
+            check_writer(writer)
         if "{{" not in id_prefix:
             naming.check_slots(id_prefix, num_partitions)
         if not any("{{" in str(v) for v in dict(source).values()):
@@ -167,6 +175,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.manifest_dir = manifest_dir
         self.progress_interval_s = progress_interval_s
         self.align_with_kafka = align_with_kafka
+        self.writer = writer
 
     # -- the task -----------------------------------------------------------------------
 
@@ -200,6 +209,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
         check_num_partitions(self.num_partitions)
+        check_writer(self.writer)
         if not isinstance(self.run_key, str) or self.run_key.strip() in ("", "None", "None/None"):
             raise ConfigurationError(
                 f"run_key must be a non-empty string, got {self.run_key!r} (a run without a "
@@ -399,6 +409,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             "--progress-interval-s",
             str(self.progress_interval_s),
             "--align-with-kafka" if self.align_with_kafka else "--no-align-with-kafka",
+            "--writer",
+            self.writer,
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],

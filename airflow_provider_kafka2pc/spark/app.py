@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
+from airflow_provider_kafka2pc.spark.writers import PYTHON_WRITER, WRITERS
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, Manifest
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 
@@ -109,6 +110,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="each Spark partition owns the Kafka partitions p with p mod N = its index, "
         "where the export has a key and the topic's partitions are a multiple of N "
         "(default: on)",
+    )
+    parser.add_argument(
+        "--writer",
+        choices=WRITERS,
+        default=PYTHON_WRITER,
+        help="who writes the transactions: confluent-kafka in Python workers (python) or "
+        "Kafka's Java producer inside the executors (jvm; docs/jvm-writer.md)",
     )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
@@ -226,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 job_label=args.job_label,
                 progress_interval_s=args.progress_interval_s,
                 align_with_kafka=args.align_with_kafka,
+                writer=args.writer,
                 repair=prepare.Repair(
                     args.only_partitions, args.expected_partition_rows, args.partitioning
                 )

@@ -44,12 +44,14 @@ from ..broker.distribution import (
 from ..errors import BrokerFetchError, ConfigurationError
 from .alignment import JAR
 from .jvm_settings import java_producer_settings
+from .writers import JVM_WRITER as JVM
+from .writers import PYTHON_WRITER as PYTHON
+from .writers import WRITERS, check_writer
+
+__all__ = ["JVM", "PYTHON", "WRITERS", "check_writer", "ensure_on_classpath", "jvm_write"]
 
 log = logging.getLogger(__name__)
 
-PYTHON = "python"
-JVM = "jvm"
-WRITERS = (PYTHON, JVM)
 #: The Java client the JVM writer runs: 4.x implements KIP-890 (TV2) transactions.
 KAFKA_CLIENTS_VERSION = "4.4.0"
 KAFKA_CLIENTS = f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}"
@@ -57,12 +59,6 @@ WRITER_CLASS = "kafka2pc.spark.JvmWriter"
 #: Test-only: the task local property the JVM writer reads its injected fault from
 #: (``partition,rows,attempts,die|fail``; see ``jvm/src/kafka2pc/spark/Fault.java``).
 FAULT_PROPERTY = "kafka2pc.test.fault"
-
-
-def check_writer(writer: object) -> str:
-    if writer not in WRITERS:
-        raise ConfigurationError(f"writer must be one of {WRITERS}, got {writer!r}")
-    return str(writer)
 
 
 def jvm_write(
