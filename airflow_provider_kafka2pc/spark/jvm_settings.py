@@ -8,14 +8,20 @@ name (never by value: a misspelt secret key must not show its secret).
 TLS files stay paths, read where the producer runs (on the executor), as librdkafka reads
 them: the CA as a PEM trust store, the client certificate and its key, read by the
 executor into the Java client's PEM key store (``ssl.keystore.certificate.chain`` and
-``ssl.keystore.key``; the key PKCS#8, as Java requires). SASL PLAIN and SCRAM become a
-``sasl.jaas.config`` line, which the Java client treats as a password (``[hidden]`` in
-its own logs).
+``ssl.keystore.key``; the key PKCS#8, as Java requires). One exception, measured on Java
+17: the JDK cannot decrypt a PBES2-encrypted PKCS#8 key (what OpenSSL and Python's
+``cryptography`` write: "PBES2 SecretKeyFactory not available"), so an encrypted key is
+decrypted here on the driver with ``ssl.key.password`` and travels, like the password
+itself, inside the write job's function object only (never on disk, never in the plan).
+
+SASL PLAIN and SCRAM become a ``sasl.jaas.config`` line, which the Java client treats as a
+password (``[hidden]`` in its own logs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .. import defaults
@@ -113,9 +119,37 @@ def java_producer_settings(
         )
     if KEY_FILE in out and CERTIFICATE_FILE not in out:
         raise ConfigurationError("ssl.key.location is set without ssl.certificate.location")
+    _decrypt_key(out)
     _sasl(config, out)
     _timeouts(config, out, transaction_timeout_ms)
     return out
+
+
+def _decrypt_key(out: dict[str, str]) -> None:
+    """An encrypted client key file, decrypted for a JDK that cannot (see the module text)."""
+    path = out.get(KEY_FILE)
+    if path is None:
+        return
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return  # not on the driver: the executor reads it as it is
+    if b"ENCRYPTED" not in data:
+        return
+    from cryptography.hazmat.primitives import serialization
+
+    password = out.pop("ssl.key.password", None)
+    try:
+        key = serialization.load_pem_private_key(data, password.encode() if password else None)
+    except (ValueError, TypeError):
+        raise ConfigurationError(
+            f"ssl.key.password does not decrypt the client key ssl.key.location {path}"
+        ) from None
+    out["ssl.keystore.key"] = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
 
 
 def _compression(value: Any) -> str:

@@ -142,11 +142,29 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             return result(partition, attempt, sent, committable);
         } catch (Fault.Died died) {
             producer.close(Duration.ZERO); // as a dead executor: nothing ends the transaction
-            throw died;
+            throw new IllegalStateException(died.getMessage());
         } catch (RuntimeException | Error failure) {
             abort(producer, tid, failure);
-            throw failure;
+            throw new IllegalStateException("kafka2pc: partition " + partition + " (" + tid
+                    + "): " + causes(failure));
         }
+    }
+
+    /**
+     * The failure and its causes as one line. Thrown as a plain JDK exception: the driver
+     * deserialises a task's failure with a class loader that may lack kafka-clients (added
+     * with ADD JAR), and would then report only "UnknownReason".
+     */
+    static String causes(Throwable failure) {
+        StringBuilder text = new StringBuilder();
+        for (Throwable t = failure; t != null && text.length() < 2000; t = t.getCause()) {
+            text.append(text.length() == 0 ? "" : "; caused by ")
+                    .append(t.getClass().getName()).append(": ").append(t.getMessage());
+            if (t.getCause() == t) {
+                break;
+            }
+        }
+        return text.toString();
     }
 
     private long describeTimeoutMs() {
@@ -213,7 +231,9 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
         }
         props.put("ssl.keystore.type", "PEM");
         props.put("ssl.keystore.certificate.chain", read(certificate));
-        props.put("ssl.keystore.key", read(settings.getOrDefault(KEY_FILE, certificate)));
+        if (!settings.containsKey("ssl.keystore.key")) { // a key the driver decrypted
+            props.put("ssl.keystore.key", read(settings.getOrDefault(KEY_FILE, certificate)));
+        }
     }
 
     private static String read(String path) {
