@@ -168,6 +168,8 @@ def prepare_dataframe(
         java_settings = producer_settings(producer_config, transaction_timeout_ms)
         version = ensure_on_classpath(df.sparkSession)
         log.info("writer jvm: Kafka's Java producer, kafka-clients %s", version)
+        if progress_interval_s:
+            log.info("writer jvm: no progress lines yet (docs/jvm-writer.md)")
     selected = _selected(repair.partitions if repair else None, len(ids))
     expected = _expected(repair.expected_rows, len(ids)) if repair else None
     spark = df.sparkSession
