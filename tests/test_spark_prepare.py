@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -30,9 +30,15 @@ from airflow_provider_kafka2pc.spark.alignment import (
     proxies,
     register_key_hash,
 )
-from airflow_provider_kafka2pc.spark.jvm_writer import FAULT_PROPERTY, ensure_on_classpath
+from airflow_provider_kafka2pc.spark.jvm_writer import (
+    FAULT_PROPERTY,
+    ensure_on_classpath,
+    jvm_write,
+    producer_settings,
+)
 from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
+from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
@@ -664,3 +670,52 @@ def test_jvm_writer_keeps_the_settings_out_of_the_plan(spark, make_topic, settin
     plan = jdf.queryExecution().toString()  # analysed, optimised and physical plans: lazy
     assert "MapPartitions" in plan
     assert secret not in plan and "bootstrap" not in plan and "jaas" not in plan
+
+
+def test_jvm_writer_passes_tombstones_and_record_timestamps(
+    spark, settings, bootstrap, protocol, make_topic
+):
+    """A null value is written as a tombstone, and ``__kafka2pc_timestamp`` (epoch ms, where
+    the encoded frame has it) becomes the record's CreateTime; without it the producer's
+    clock sets it. The committable JSON is what Committable.to_json() writes."""
+    topic = make_topic(1)
+    stamp = 1_700_000_000_000
+    encoded = spark.createDataFrame(
+        [(b"k1", b"v1", stamp), (b"k2", None, stamp + 1), (b"k3", b"v3", None)],
+        "__kafka2pc_key BINARY, __kafka2pc_value BINARY, __kafka2pc_timestamp LONG",
+    ).coalesce(1)
+    ensure_on_classpath(spark)
+    tid = ids(1)[0]
+    [row] = jvm_write(
+        encoded,
+        topic=topic,
+        transactional_ids=[tid],
+        settings=producer_settings(settings, 60_000),
+        transaction_timeout_ms=60_000,
+        header_names=[],
+        selected=None,
+    )
+    committable = Committable.from_json(row["committable"])
+    assert row["committable"] == committable.to_json()
+    assert (row["input_rows"], committable.record_count) == (3, 3)
+    assert TransactionController(protocol).commit(committable).outcome is Outcome.COMMITTED
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_id(),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    deadline = time.monotonic() + 30
+    while len(messages) < 3 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            messages.append(message)
+    consumer.close()
+    seen = {m.key(): (m.value(), m.timestamp()) for m in messages}
+    assert seen[b"k1"] == (b"v1", (TIMESTAMP_CREATE_TIME, stamp))
+    assert seen[b"k2"] == (None, (TIMESTAMP_CREATE_TIME, stamp + 1))
+    assert seen[b"k3"][0] == b"v3" and seen[b"k3"][1][1] > stamp
