@@ -719,3 +719,23 @@ def test_jvm_writer_passes_tombstones_and_record_timestamps(
     assert seen[b"k1"] == (b"v1", (TIMESTAMP_CREATE_TIME, stamp))
     assert seen[b"k2"] == (None, (TIMESTAMP_CREATE_TIME, stamp + 1))
     assert seen[b"k3"][0] == b"v3" and seen[b"k3"][1][1] > stamp
+
+
+def test_jvm_writer_refuses_what_it_cannot_do_before_anything_opens(
+    spark, settings, bootstrap, protocol, topic
+):
+    """An unknown writer, a Python ``on_batch`` hook or a setting without a Java equivalent
+    is named before any Spark job runs or any transaction opens."""
+    refusals = [
+        ({"writer": "scala"}, "writer must be one of"),
+        ({"writer": "jvm", "on_batch": print}, "on_batch runs in Python workers"),
+        (
+            {"writer": "jvm", "producer_config": {**settings, "queue.buffering.max.kbytes": 1}},
+            "no equivalent the JVM writer knows",
+        ),
+    ]
+    for kwargs, message in refusals:
+        arguments = {"producer_config": settings, **kwargs}
+        with pytest.raises(ConfigurationError, match=message):
+            prepare_dataframe(source(spark, 10), topic=topic, transactional_ids=ids(2), **arguments)
+    assert_nothing_written(protocol, bootstrap, topic)
