@@ -548,13 +548,22 @@ def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
     assert_nothing_written(protocol, bootstrap, topic)
 
 
-def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path):
+@WRITERS
+def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path, writer):
     """Aligned with Kafka by default there too: the executors, other JVMs, load the Java
-    UDF from the jar the driver added."""
+    UDF from the jar the driver added (and, with the JVM writer, kafka-clients alike)."""
     topic = make_topic(6)
     with standalone_cluster(workers=2, log_dir=tmp_path) as master:
         code, manifest, _ = submit_prepare(
-            master, bootstrap, topic, tmp_path, ids(6), "--filter", "day = '2026-11-21'"
+            master,
+            bootstrap,
+            topic,
+            tmp_path,
+            ids(6),
+            "--filter",
+            "day = '2026-11-21'",
+            "--writer",
+            writer,
         )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
     batch = Manifest.from_json(manifest.read_text())
