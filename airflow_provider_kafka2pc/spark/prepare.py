@@ -148,7 +148,8 @@ def prepare_dataframe(
     :param writer: who writes the transactions: ``"python"`` (confluent-kafka in Spark's
         Python workers, :mod:`.partition_writer`) or ``"jvm"`` (Kafka's Java producer inside
         the executors, :mod:`.jvm_writer`; no ``on_batch``, no progress lines yet). The
-        manifest records it (``metadata["writer"]``); a loss repair should use the same.
+        manifest records it (``metadata["writer"]``). Which rows a transaction holds does not
+        depend on it, so a loss repair may use either (the prepare operator uses its own).
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
