@@ -748,3 +748,31 @@ def test_jvm_writer_refuses_what_it_cannot_do_before_anything_opens(
         with pytest.raises(ConfigurationError, match=message):
             prepare_dataframe(source(spark, 10), topic=topic, transactional_ids=ids(2), **arguments)
     assert_nothing_written(protocol, bootstrap, topic)
+
+
+def test_a_failed_jvm_task_names_its_cause_on_the_driver(spark, bootstrap, topic):
+    """A task's failure reaches the driver with the Kafka client's own words: rethrown as
+    a JDK exception, since the driver cannot deserialise kafka-clients' (added with ADD JAR)
+    and would say only "UnknownReason"."""
+    encoded = spark.createDataFrame(
+        [(b"k", b"v")], "__kafka2pc_key BINARY, __kafka2pc_value BINARY"
+    ).coalesce(1)
+    ensure_on_classpath(spark)
+    unusable = {  # past the driver's checks, refused by the client on the executor
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/nonexistent/ca.pem",
+    }
+    with pytest.raises(Exception, match="cannot create its producer") as failed:
+        jvm_write(
+            encoded,
+            topic=topic,
+            transactional_ids=ids(1),
+            settings=unusable,
+            transaction_timeout_ms=60_000,
+            header_names=[],
+            selected=None,
+        )
+    assert "UnknownReason" not in str(failed.value)
+    assert "org.apache.kafka.common" in str(failed.value)

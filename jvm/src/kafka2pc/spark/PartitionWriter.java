@@ -105,8 +105,14 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
         }
         Fault fault = Fault.parse(context.getLocalProperty(Fault.PROPERTY));
         Deliveries deliveries = new Deliveries();
-        Producer<byte[], byte[]> producer = new KafkaProducer<>(
-                producerProperties(tid), new ByteArraySerializer(), new ByteArraySerializer());
+        Producer<byte[], byte[]> producer;
+        try {
+            producer = new KafkaProducer<>(
+                    producerProperties(tid), new ByteArraySerializer(), new ByteArraySerializer());
+        } catch (RuntimeException failure) { // settings the client refuses, unreadable TLS files
+            throw new IllegalStateException("kafka2pc: partition " + partition + " (" + tid
+                    + "): cannot create its producer: " + causes(failure));
+        }
         long sent = 0;
         try {
             producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
