@@ -2,7 +2,10 @@
 
 Real Spark (an in-process local session, spark-submit, a standalone cluster), the real
 broker, and the final state of every test checked by two witnesses: the log's markers
-(our audit) and a read_committed consumer. Runs on the default Kafka version only.
+(our audit) and a read_committed consumer. Runs on the default Kafka version only, but
+for the JVM writer's transaction versions (4.4.0 and 3.9.2). Tests marked ``WRITERS`` run
+with each writer (confluent-kafka in Python workers, Kafka's Java producer in the
+executors: docs/jvm-writer.md).
 """
 
 from __future__ import annotations
