@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Builds airflow_provider_kafka2pc/spark/jars/kafka2pc-spark.jar from jvm/src with the JDK's
-# javac, against the Spark SQL API jar that pyspark ships (the UDF interface; provided at run
-# time by Spark itself). The jar is committed, so users need no JDK; its manifest carries the
+# javac, against the jars that pyspark ships (provided at run time by Spark itself) and
+# kafka-clients (the JVM writer's; fetched into the cache once, added at run time: see
+# airflow_provider_kafka2pc/spark/jvm_writer.py). The jar is committed, so users need no JDK; its manifest carries the
 # SHA-256 of the sources it was built from, and a test fails when they drift apart.
 # Usage: jvm/build.sh [python]   (python: the interpreter whose pyspark to compile against)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${1:-.venv/bin/python}
 jars=$("$python" -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')
-api=$(ls "$jars"/spark-sql-api_*.jar | head -1)
+clients=$("$python" -c 'from airflow_provider_kafka2pc.spark.jvm_writer import kafka_clients_jar; print(kafka_clients_jar())')
 out=airflow_provider_kafka2pc/spark/jars/kafka2pc-spark.jar
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 sources=$(find jvm/src -name '*.java' | sort)
 digest=$(cat $sources | sha256sum | cut -d' ' -f1)
 # Release 17: Spark 4 needs Java 17 or newer.
-javac --release 17 -Xlint:all -Werror -cp "$api" -d "$work/classes" $sources
+javac --release 17 -Xlint:all,-path -Werror -cp "$jars/*:$clients" -d "$work/classes" $sources
 printf 'Kafka2pc-Source-SHA256: %s\n' "$digest" > "$work/manifest.txt"
 # A fixed date: the same sources give the same jar bytes.
 jar --create --date=2026-01-01T00:00:00Z --file "$out" --manifest "$work/manifest.txt" \

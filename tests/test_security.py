@@ -201,8 +201,9 @@ def test_plain_token_is_scrubbed_from_kafka_python_debug_logs(sasl, debug_logs):
 # -- Spark's executors, then the CLI in another process ----------------------------
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_spark_submit_over_sasl_then_cli_commit_exactly_once_without_the_password(
-    sasl, sasl_protocol, tmp_path
+    sasl, sasl_protocol, tmp_path, writer
 ):
     topic = make_topic(sasl_protocol, 2)
     source = tmp_path / "source.parquet"
@@ -226,6 +227,8 @@ def test_spark_submit_over_sasl_then_cli_commit_exactly_once_without_the_passwor
             "id",
             "--manifest",
             str(manifest),
+            "--writer",
+            writer,
         ],
         master="local[2]",
         log_path=spark_log,
@@ -244,7 +247,7 @@ def test_spark_submit_over_sasl_then_cli_commit_exactly_once_without_the_passwor
     assert "Running Spark version" in driver_output  # the log really is Spark's
     assert_no_secret("manifest", manifest.read_text())
     batch = Manifest.from_json(manifest.read_text())
-    assert batch.source_rows == count
+    assert batch.source_rows == count and batch.metadata["writer"] == writer
     for committable in batch.committables:
         assert_no_secret("committable JSON", committable.to_json())
 

@@ -2,7 +2,10 @@
 
 Real Spark (an in-process local session, spark-submit, a standalone cluster), the real
 broker, and the final state of every test checked by two witnesses: the log's markers
-(our audit) and a read_committed consumer. Runs on the default Kafka version only.
+(our audit) and a read_committed consumer. Runs on the default Kafka version only, but
+for the JVM writer's transaction versions (4.4.0 and 3.9.2). Tests marked ``WRITERS`` run
+with each writer (confluent-kafka in Python workers, Kafka's Java producer in the
+executors: docs/jvm-writer.md).
 """
 
 from __future__ import annotations
@@ -11,15 +14,17 @@ import json
 import os
 import random
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION
 from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.spark.alignment import (
@@ -28,8 +33,17 @@ from airflow_provider_kafka2pc.spark.alignment import (
     proxies,
     register_key_hash,
 )
+from airflow_provider_kafka2pc.spark.jvm_writer import (
+    FAULT_PROPERTY,
+    ensure_on_classpath,
+    jvm_write,
+    producer_settings,
+)
+from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
+from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
 
@@ -37,6 +51,9 @@ from .conftest import assert_exactly_once, audit, cli, unique_id
 from .spark_support import PYTHON_ENV, QUIET_CONF, standalone_cluster
 
 ROWS = 20_000
+#: The tests that run with each writer: confluent-kafka in Python workers, Kafka's Java
+#: producer in the executors.
+WRITERS = pytest.mark.parametrize("writer", ["python", "jvm"])
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +78,16 @@ def source(spark: SparkSession, rows: int = ROWS):
     )
 
 
+@contextmanager
+def jvm_fault(spark: SparkSession, fault: str):
+    """The JVM writer's fault hook (test only): ``partition,rows,attempts,die|fail``."""
+    spark.sparkContext.setLocalProperty(FAULT_PROPERTY, fault)
+    try:
+        yield
+    finally:
+        spark.sparkContext.setLocalProperty(FAULT_PROPERTY, None)
+
+
 def commit_all(protocol, batch: Manifest) -> list[Outcome]:
     return [r.outcome for r in TransactionController(protocol).commit_all(batch.committables)]
 
@@ -75,7 +102,10 @@ def assert_rows_once(protocol, bootstrap, topic, batch: Manifest, rows: int, **e
     return report
 
 
-def test_every_partition_prepares_one_transaction(spark, settings, bootstrap, protocol, make_topic):
+@WRITERS
+def test_every_partition_prepares_one_transaction(
+    spark, settings, bootstrap, protocol, make_topic, writer
+):
     topic = make_topic(4)
     leased = ids(8)
     batch = prepare_dataframe(
@@ -84,7 +114,9 @@ def test_every_partition_prepares_one_transaction(spark, settings, bootstrap, pr
         transactional_ids=leased,
         producer_config=settings,
         key_column="id",
+        writer=writer,
     )
+    assert batch.metadata["writer"] == writer
     assert [c.transactional_id for c in batch.committables] == leased
     assert batch.source_rows == batch.record_count == ROWS
     assert [c.record_count for c in batch.committables] == list(batch.partition_rows)
@@ -242,7 +274,8 @@ def test_alignment_falls_back_to_hash_and_says_why(spark, settings, protocol, ma
     assert {r.outcome for r in aborted} == {Outcome.ABORTED}
 
 
-def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_topic):
+@WRITERS
+def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_topic, writer):
     topic = make_topic(1)
     df = spark.createDataFrame(
         [(1, "payload-1", "tenant-a"), (2, "payload-2", None)], "id INT, body STRING, tenant STRING"
@@ -255,6 +288,7 @@ def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_top
         key_column="id",
         value_column="body",
         header_columns=["tenant"],
+        writer=writer,
     )
     with_json = prepare_dataframe(
         df.select("id", "tenant"),
@@ -262,6 +296,7 @@ def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_top
         transactional_ids=ids(1),
         producer_config=settings,
         key_column="id",
+        writer=writer,
     )
     for prepared in (batch, with_json):
         assert set(commit_all(protocol, prepared)) == {Outcome.COMMITTED}
@@ -296,8 +331,9 @@ def test_value_and_header_columns(spark, settings, bootstrap, protocol, make_top
     }
 
 
+@WRITERS
 def test_task_killed_mid_write_is_retried_and_still_exactly_once(
-    spark, settings, bootstrap, protocol, make_topic
+    spark, settings, bootstrap, protocol, make_topic, writer
 ):
     topic = make_topic(3)
 
@@ -306,21 +342,28 @@ def test_task_killed_mid_write_is_retried_and_still_exactly_once(
             time.sleep(1)  # let librdkafka deliver what it holds: the log then has it open
             os._exit(1)  # the Python worker dies mid-transaction
 
-    batch = prepare_dataframe(
-        source(spark),
-        topic=topic,
-        transactional_ids=ids(4),
-        producer_config=settings,
-        key_column="id",
-        on_batch=kill_first_attempt,
-    )
+    # The JVM writer's executor "dies" alike: its records flushed, its transaction left open.
+    fault = jvm_fault(spark, "1,2000,1,die") if writer == "jvm" else nullcontext()
+    with fault:
+        batch = prepare_dataframe(
+            source(spark),
+            topic=topic,
+            transactional_ids=ids(4),
+            producer_config=settings,
+            key_column="id",
+            on_batch=kill_first_attempt if writer == "python" else None,
+            writer=writer,
+        )
     assert batch.metadata["attempts"]["1"] >= 1
     assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
     report = assert_rows_once(protocol, bootstrap, topic, batch, ROWS)
     assert report.totals["aborted"] >= 1000  # the killed attempt's records, fenced by the retry
 
 
-def test_failed_job_then_abort_of_every_leased_id(spark, settings, bootstrap, protocol, make_topic):
+@WRITERS
+def test_failed_job_then_abort_of_every_leased_id(
+    spark, settings, bootstrap, protocol, make_topic, writer
+):
     topic = make_topic(3)
     leased = ids(4)
 
@@ -328,14 +371,16 @@ def test_failed_job_then_abort_of_every_leased_id(spark, settings, bootstrap, pr
         if partition == 3:
             raise RuntimeError("injected: partition 3 cannot be written")
 
-    with pytest.raises(PrepareError, match="abort \\(fence\\) this run's ids"):
+    fault = jvm_fault(spark, "3,1000,-1,fail") if writer == "jvm" else nullcontext()
+    with fault, pytest.raises(PrepareError, match="abort \\(fence\\) this run's ids"):
         prepare_dataframe(
             source(spark),
             topic=topic,
             transactional_ids=leased,
             producer_config=settings,
             key_column="id",
-            on_batch=partition_3_always_fails,
+            on_batch=partition_3_always_fails if writer == "python" else None,
+            writer=writer,
         )
     assert audit(protocol, topic).totals["open"] > 0  # some partitions had prepared
     controller = TransactionController(protocol)
@@ -358,14 +403,21 @@ def test_failed_job_then_abort_of_every_leased_id(spark, settings, bootstrap, pr
         ({"key_column": "id", "transactional_ids": ["bad id"]}, "transactional_ids"),
     ],
 )
+@WRITERS
 def test_bad_input_is_named_and_leaves_nothing_open(
-    spark, settings, bootstrap, protocol, topic, kwargs, message
+    spark, settings, bootstrap, protocol, topic, kwargs, message, writer
 ):
     df = spark.createDataFrame(
         [(1, {"a": "b"}, 2.5, "x"), (2, {}, 1.0, None)],
         "id INT, tags MAP<STRING,STRING>, amount DOUBLE, maybe STRING",
     )
-    arguments = {"topic": topic, "transactional_ids": ids(2), "producer_config": settings, **kwargs}
+    arguments = {
+        "topic": topic,
+        "transactional_ids": ids(2),
+        "producer_config": settings,
+        "writer": writer,
+        **kwargs,
+    }
     with pytest.raises(ConfigurationError, match=message):
         prepare_dataframe(df, **arguments)
     assert_nothing_written(protocol, bootstrap, topic)
@@ -376,7 +428,8 @@ def assert_nothing_written(protocol, bootstrap, topic: str) -> None:
     assert {p.end_offset for p in report.partitions.values()} == {0}, report.to_dict()
 
 
-def test_missing_topic_is_refused_before_any_transaction(spark, settings):
+@WRITERS
+def test_missing_topic_is_refused_before_any_transaction(spark, settings, writer):
     with pytest.raises(ConfigurationError, match="create it first"):
         prepare_dataframe(
             source(spark, 10),
@@ -384,16 +437,21 @@ def test_missing_topic_is_refused_before_any_transaction(spark, settings):
             transactional_ids=ids(2),
             producer_config=settings,
             key_column="id",
+            writer=writer,
         )
 
 
-def test_empty_source_prepares_nothing_and_says_so(spark, settings, bootstrap, protocol, topic):
+@WRITERS
+def test_empty_source_prepares_nothing_and_says_so(
+    spark, settings, bootstrap, protocol, topic, writer
+):
     batch = prepare_dataframe(
         source(spark).where("id < 0"),
         topic=topic,
         transactional_ids=ids(2),
         producer_config=settings,
         key_column="id",
+        writer=writer,
     )
     assert batch.is_empty and batch.committables == ()
     assert batch.metadata["message"] == "source is empty; nothing prepared"
@@ -445,14 +503,18 @@ def submit_prepare(
     return done.returncode, manifest, done.stdout
 
 
+@WRITERS
 def test_spark_submit_local_then_commit_from_another_process(
-    bootstrap, protocol, make_topic, tmp_path
+    bootstrap, protocol, make_topic, tmp_path, writer
 ):
     topic = make_topic(4)
-    code, manifest, stdout = submit_prepare("local[2]", bootstrap, topic, tmp_path, ids(4))
+    code, manifest, stdout = submit_prepare(
+        "local[2]", bootstrap, topic, tmp_path, ids(4), "--writer", writer
+    )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
     assert last_json(stdout)["source_rows"] == ROWS
     batch = Manifest.from_json(manifest.read_text())
+    assert batch.metadata["writer"] == writer
     # The application and its Python workers are gone; the transactions are not.
     assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
 
@@ -489,13 +551,22 @@ def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
     assert_nothing_written(protocol, bootstrap, topic)
 
 
-def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path):
+@WRITERS
+def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path, writer):
     """Aligned with Kafka by default there too: the executors, other JVMs, load the Java
-    UDF from the jar the driver added."""
+    UDF from the jar the driver added (and, with the JVM writer, kafka-clients alike)."""
     topic = make_topic(6)
     with standalone_cluster(workers=2, log_dir=tmp_path) as master:
         code, manifest, _ = submit_prepare(
-            master, bootstrap, topic, tmp_path, ids(6), "--filter", "day = '2026-11-21'"
+            master,
+            bootstrap,
+            topic,
+            tmp_path,
+            ids(6),
+            "--filter",
+            "day = '2026-11-21'",
+            "--writer",
+            writer,
         )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
     batch = Manifest.from_json(manifest.read_text())
@@ -505,3 +576,206 @@ def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tm
     assert batch.source_rows == expected
     assert set(commit_all(protocol, batch)) == {Outcome.COMMITTED}
     assert_rows_once(protocol, bootstrap, topic, batch, expected, aborted=0)
+
+
+@pytest.mark.kafka_versions()
+def test_jvm_writer_transactions_stay_open_then_commit_and_abort_on_each_kafka_version(
+    spark, kafka_version, settings, bootstrap, protocol, make_topic
+):
+    """Kafka's Java producer, closed with Duration.ZERO, leaves each transaction open under
+    the producer id and epoch the committable took from DescribeTransactions; our controller
+    then ends them with the transaction version the client used: TV2 (KIP-890, EndTxn v5,
+    the epoch bumped at the end) on 4.4.0, the classic protocol on 3.9.2."""
+    topic = make_topic(4)
+    kept = prepare_dataframe(
+        source(spark),
+        topic=topic,
+        transactional_ids=ids(4),
+        producer_config=settings,
+        key_column="id",
+        writer="jvm",
+    )
+    dropped = prepare_dataframe(
+        source(spark, 5000),
+        topic=topic,
+        transactional_ids=ids(2),
+        producer_config=settings,
+        key_column="id",
+        writer="jvm",
+    )
+    everything = [*kept.committables, *dropped.committables]
+    version = 2 if kafka_version == DEFAULT_KAFKA_VERSION else 1
+    assert {c.transaction_version for c in everything} == {version}
+    assert audit(protocol, topic, *everything).totals["open"] == ROWS + 5000
+    described = protocol.describe_transactions([c.transactional_id for c in everything])
+    assert [(d.state, d.producer_id, d.producer_epoch) for d in described] == [
+        (CoordinatorTxnState.ONGOING, c.producer_id, c.producer_epoch) for c in everything
+    ]
+
+    controller = TransactionController(protocol)
+    assert {r.outcome for r in controller.commit_all(kept.committables)} == {Outcome.COMMITTED}
+    assert {r.outcome for r in controller.abort_all(dropped.committables)} == {Outcome.ABORTED}
+    after = protocol.describe_transactions([c.transactional_id for c in everything])
+    bump = 1 if version == 2 else 0
+    assert [d.producer_epoch for d in after] == [c.producer_epoch + bump for c in everything]
+    assert_rows_once(protocol, bootstrap, topic, kept, ROWS, aborted=5000)
+
+
+def test_jvm_writer_repairs_a_lost_partition_exactly_once(
+    spark, settings, bootstrap, protocol, make_topic
+):
+    """Loss repair with the JVM writer: a partition whose transaction the broker aborted is
+    written again from the same input under its own id; the batch then commits once."""
+    topic = make_topic(4)
+    first = prepare_dataframe(
+        source(spark),
+        topic=topic,
+        transactional_ids=ids(4),
+        producer_config=settings,
+        key_column="id",
+        writer="jvm",
+    )
+    controller = TransactionController(protocol)
+    lost = first.committables[2]
+    assert [r.outcome for r in controller.abort_all([lost])] == [Outcome.ABORTED]
+
+    repaired = prepare_dataframe(
+        source(spark).orderBy("amount"),
+        topic=topic,
+        transactional_ids=[c.transactional_id for c in first.committables],
+        producer_config=settings,
+        key_column="id",
+        writer="jvm",
+        repair=Repair([2], first.partition_rows, first.partitioning),
+    )
+    assert repaired.metadata["partitions"] == [2]
+    assert [c.record_count for c in repaired.committables] == [lost.record_count]
+    final = [*first.committables[:2], *repaired.committables, first.committables[3]]
+    assert {r.outcome for r in controller.commit_all(final)} == {Outcome.COMMITTED}
+    _, seen = assert_exactly_once(
+        protocol, bootstrap, topic, *final, committed=ROWS, aborted=lost.record_count
+    )
+    assert len(seen.keys) == ROWS
+
+
+def test_jvm_writer_keeps_the_settings_out_of_the_plan(spark, make_topic, settings):
+    """The producer settings (credentials) travel inside the task's function object only:
+    the plan Spark prints (explain, its UI's SQL tab) names the function, not its fields."""
+    secret = "pa55-" + unique_id()
+    jvm = spark.sparkContext._jvm
+    ensure_on_classpath(spark)
+    java = {**settings, "sasl.jaas.config": f'x required password="{secret}";'}
+    jdf = jvm.kafka2pc.spark.JvmWriter.prepare(
+        spark.range(3)
+        .selectExpr(
+            "CAST(CAST(id AS STRING) AS BINARY) AS __kafka2pc_key",
+            "CAST(CAST(id AS STRING) AS BINARY) AS __kafka2pc_value",
+        )
+        ._jdf,
+        make_topic(1),
+        ["t-0"],
+        java,
+        60000,
+        [],
+        None,
+    )
+    plan = jdf.queryExecution().toString()  # analysed, optimised and physical plans: lazy
+    assert "MapPartitions" in plan
+    assert secret not in plan and "bootstrap" not in plan and "jaas" not in plan
+
+
+def test_jvm_writer_passes_tombstones_and_record_timestamps(
+    spark, settings, bootstrap, protocol, make_topic
+):
+    """A null value is written as a tombstone, and ``__kafka2pc_timestamp`` (epoch ms, where
+    the encoded frame has it) becomes the record's CreateTime; without it the producer's
+    clock sets it. The committable JSON is what Committable.to_json() writes."""
+    topic = make_topic(1)
+    stamp = 1_700_000_000_000
+    encoded = spark.createDataFrame(
+        [(b"k1", b"v1", stamp), (b"k2", None, stamp + 1), (b"k3", b"v3", None)],
+        "__kafka2pc_key BINARY, __kafka2pc_value BINARY, __kafka2pc_timestamp LONG",
+    ).coalesce(1)
+    ensure_on_classpath(spark)
+    tid = ids(1)[0]
+    [row] = jvm_write(
+        encoded,
+        topic=topic,
+        transactional_ids=[tid],
+        settings=producer_settings(settings, 60_000),
+        transaction_timeout_ms=60_000,
+        header_names=[],
+        selected=None,
+    )
+    committable = Committable.from_json(row["committable"])
+    assert row["committable"] == committable.to_json()
+    assert (row["input_rows"], committable.record_count) == (3, 3)
+    assert TransactionController(protocol).commit(committable).outcome is Outcome.COMMITTED
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_id(),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    deadline = time.monotonic() + 30
+    while len(messages) < 3 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            messages.append(message)
+    consumer.close()
+    seen = {m.key(): (m.value(), m.timestamp()) for m in messages}
+    assert seen[b"k1"] == (b"v1", (TIMESTAMP_CREATE_TIME, stamp))
+    assert seen[b"k2"] == (None, (TIMESTAMP_CREATE_TIME, stamp + 1))
+    assert seen[b"k3"][0] == b"v3" and seen[b"k3"][1][1] > stamp
+
+
+def test_jvm_writer_refuses_what_it_cannot_do_before_anything_opens(
+    spark, settings, bootstrap, protocol, topic
+):
+    """An unknown writer, a Python ``on_batch`` hook or a setting without a Java equivalent
+    is named before any Spark job runs or any transaction opens."""
+    refusals = [
+        ({"writer": "scala"}, "writer must be one of"),
+        ({"writer": "jvm", "on_batch": print}, "on_batch runs in Python workers"),
+        (
+            {"writer": "jvm", "producer_config": {**settings, "queue.buffering.max.kbytes": 1}},
+            "no equivalent the JVM writer knows",
+        ),
+    ]
+    for kwargs, message in refusals:
+        arguments = {"producer_config": settings, **kwargs}
+        with pytest.raises(ConfigurationError, match=message):
+            prepare_dataframe(source(spark, 10), topic=topic, transactional_ids=ids(2), **arguments)
+    assert_nothing_written(protocol, bootstrap, topic)
+
+
+def test_a_failed_jvm_task_names_its_cause_on_the_driver(spark, bootstrap, topic):
+    """A task's failure reaches the driver with the Kafka client's own words: rethrown as
+    a JDK exception, since the driver cannot deserialise kafka-clients' (added with ADD JAR)
+    and would say only "UnknownReason"."""
+    encoded = spark.createDataFrame(
+        [(b"k", b"v")], "__kafka2pc_key BINARY, __kafka2pc_value BINARY"
+    ).coalesce(1)
+    ensure_on_classpath(spark)
+    unusable = {  # past the driver's checks, refused by the client on the executor
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/nonexistent/ca.pem",
+    }
+    with pytest.raises(Exception, match="cannot create its producer") as failed:
+        jvm_write(
+            encoded,
+            topic=topic,
+            transactional_ids=ids(1),
+            settings=unusable,
+            transaction_timeout_ms=60_000,
+            header_names=[],
+            selected=None,
+        )
+    assert "UnknownReason" not in str(failed.value)
+    assert "org.apache.kafka.common" in str(failed.value)

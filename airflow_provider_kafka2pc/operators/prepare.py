@@ -50,6 +50,7 @@ from ..spark.job import (
     spark_submit_binary,
     summary,
 )
+from ..spark.writers import PYTHON_WRITER, check_writer
 from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import HASH, Manifest
@@ -113,6 +114,9 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         is a tombstone (null value). A null ``value_column`` is one too. (templated)
     :param timestamp_column: the records' CreateTime: a timestamp column or a long column
         of epoch ms; null: the time of writing. (templated)
+    :param writer: who writes the transactions: ``"python"`` (confluent-kafka in Spark's
+        Python workers, the default) or ``"jvm"`` (Kafka's Java producer inside the
+        executors; docs/jvm-writer.md). Loss repair re-prepares with the same. (templated)
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
         With a registry format, Spark's Avro package is added to ``packages``.
     """
@@ -129,6 +133,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         "key_format",
         "tombstone_when",
         "timestamp_column",
+        "writer",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {
         "source": "json",
@@ -162,9 +167,12 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         key_format: Mapping[str, Any] | None = None,
         tombstone_when: str | None = None,
         timestamp_column: str | None = None,
+        writer: str = PYTHON_WRITER,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
+        if "{{" not in writer:
+            check_writer(writer)
         if "{{" not in id_prefix:
             naming.check_slots(id_prefix, num_partitions)
         if not any("{{" in str(v) for v in dict(source).values()):
@@ -205,6 +213,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.timestamp_column = timestamp_column
         if "{{" not in json.dumps([self.value_format, self.key_format], default=str):
             self._registry_formats()
+        self.writer = writer
 
     # -- the task -----------------------------------------------------------------------
 
@@ -238,6 +247,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
         check_num_partitions(self.num_partitions)
+        check_writer(self.writer)
         if not isinstance(self.run_key, str) or self.run_key.strip() in ("", "None", "None/None"):
             raise ConfigurationError(
                 f"run_key must be a non-empty string, got {self.run_key!r} (a run without a "
@@ -447,6 +457,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             "--progress-interval-s",
             str(self.progress_interval_s),
             "--align-with-kafka" if self.align_with_kafka else "--no-align-with-kafka",
+            "--writer",
+            self.writer,
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
 from airflow_provider_kafka2pc.spark.wire import WireOptions
+from airflow_provider_kafka2pc.spark.writers import PYTHON_WRITER, WRITERS
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, Manifest
 from airflow_provider_kafka2pc.transaction.registry import RegistryFormat
 from airflow_provider_kafka2pc.transaction.settings import is_secret
@@ -137,6 +138,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="each Spark partition owns the Kafka partitions p with p mod N = its index, "
         "where the export has a key and the topic's partitions are a multiple of N "
         "(default: on)",
+    )
+    parser.add_argument(
+        "--writer",
+        choices=WRITERS,
+        default=PYTHON_WRITER,
+        help="who writes the transactions: confluent-kafka in Python workers (python) or "
+        "Kafka's Java producer inside the executors (jvm; docs/jvm-writer.md)",
     )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
@@ -277,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress_interval_s=args.progress_interval_s,
                 align_with_kafka=args.align_with_kafka,
                 wire=wire_options(args),
+                writer=args.writer,
                 repair=prepare.Repair(
                     args.only_partitions, args.expected_partition_rows, args.partitioning
                 )

@@ -31,7 +31,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,14 @@ from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
 from .alignment import Alignment, register_key_hash, why_not_aligned
+from .jvm_writer import (
+    JVM,
+    PYTHON,
+    check_writer,
+    ensure_on_classpath,
+    jvm_write,
+    producer_settings,
+)
 from .partition_writer import (
     HEADER_PREFIX,
     KEY,
@@ -121,6 +129,7 @@ def prepare_dataframe(
     progress_interval_s: float | None = None,
     align_with_kafka: bool = True,
     wire: WireOptions | None = None,
+    writer: str = PYTHON,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -152,6 +161,11 @@ def prepare_dataframe(
         (:class:`~.wire.WireOptions`, docs/wire-formats.md); the registry is asked once,
         here on the driver, after the columns and the topic are checked and before any
         transaction opens.
+    :param writer: who writes the transactions: ``"python"`` (confluent-kafka in Spark's
+        Python workers, :mod:`.partition_writer`) or ``"jvm"`` (Kafka's Java producer inside
+        the executors, :mod:`.jvm_writer`; no ``on_batch``, no progress lines yet). The
+        manifest records it (``metadata["writer"]``). Which rows a transaction holds does not
+        depend on it, so a loss repair may use either (the prepare operator uses its own).
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -162,6 +176,17 @@ def prepare_dataframe(
         raise ConfigurationError("transactional_ids must name at least one id")
     if len(set(ids)) != len(ids):
         raise ConfigurationError("transactional_ids must be distinct")
+    writer = check_writer(writer)
+    java_settings = None
+    if writer == JVM:
+        if on_batch is not None:
+            raise ConfigurationError("on_batch runs in Python workers: writer='python' only")
+        # Checked and translated before anything opens: an unmappable setting is named now.
+        java_settings = producer_settings(producer_config, transaction_timeout_ms)
+        version = ensure_on_classpath(df.sparkSession)
+        log.info("writer jvm: Kafka's Java producer, kafka-clients %s", version)
+        if progress_interval_s:
+            log.info("writer jvm: no progress lines yet (docs/jvm-writer.md)")
     selected = _selected(repair.partitions if repair else None, len(ids))
     expected = _expected(repair.expected_rows, len(ids)) if repair else None
     spark = df.sparkSession
@@ -196,17 +221,39 @@ def prepare_dataframe(
         wire=wire,
         schemas=schemas,
     )
-    writer = partition_writer(
-        ids,
-        producer_config,
-        topic,
-        transaction_timeout_ms,
-        list(header_columns),
-        on_batch,
-        progress=PartitionProgress(job_label, progress_interval_s) if progress_interval_s else None,
-    )
+    if java_settings is None:
+        python_writer = partition_writer(
+            ids,
+            producer_config,
+            topic,
+            transaction_timeout_ms,
+            list(header_columns),
+            on_batch,
+            progress=PartitionProgress(job_label, progress_interval_s)
+            if progress_interval_s
+            else None,
+        )
+
+        def run(data: DataFrame, only: Sequence[int] | None) -> list[Any]:
+            chosen = python_writer if only is None else _only(python_writer, only)
+            return data.mapInArrow(chosen, RESULT_SCHEMA).collect()
+
+    else:
+        settings = java_settings
+
+        def run(data: DataFrame, only: Sequence[int] | None) -> list[Any]:
+            return jvm_write(
+                data,
+                topic=topic,
+                transactional_ids=ids,
+                settings=settings,
+                transaction_timeout_ms=transaction_timeout_ms,
+                header_names=list(header_columns),
+                selected=only,
+            )
+
     if repair is None:
-        reports = _write(prepared, writer, ids, selected, key_column)
+        reports = _write(prepared, run, None, ids, selected, key_column)
         partition_rows = _reported_rows(reports, len(ids))
     else:
         # The recorded counts are checked before any transaction opens, so the recomputed
@@ -222,7 +269,7 @@ def prepare_dataframe(
                 raise refused from None
             _check_unchanged(partition_rows, expected or ())
             if sum(partition_rows[i] for i in selected):
-                reports = _write(prepared, _only(writer, selected), ids, selected, key_column)
+                reports = _write(prepared, run, selected, ids, selected, key_column)
             else:
                 reports = []
         finally:
@@ -252,6 +299,7 @@ def prepare_dataframe(
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},
             "partitioning": HASH if alignment is None else ALIGNED,
+            "writer": writer,
             **({"partitioning_reason": why_hash} if why_hash else {}),
             **partial,
         },
@@ -268,14 +316,16 @@ def prepare_dataframe(
 
 def _write(
     prepared: DataFrame,
-    writer: Any,
+    run: Callable[[DataFrame, Sequence[int] | None], list[Any]],
+    only: Sequence[int] | None,
     ids: Sequence[str],
     selected: Sequence[int],
     key_column: str | None,
 ) -> list[Any]:
-    """Run the write job; a failure names what to do with the ids it leaves open."""
+    """Run the write job (``only``: those partitions); a failure names what to do with
+    the ids it leaves open."""
     try:
-        return prepared.mapInArrow(writer, RESULT_SCHEMA).collect()
+        return run(prepared, only)
     except Exception as exc:  # Py4JJavaError / PythonException: the job failed
         refused = _null_key_refusal(exc, key_column) or bad_timestamp_refusal(exc)
         if refused is not None:

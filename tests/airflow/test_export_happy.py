@@ -9,6 +9,8 @@ import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from airflow_provider_kafka2pc import version_compat
 from airflow_provider_kafka2pc.export import export_asset
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
@@ -38,8 +40,18 @@ class SpyPrepare(SparkKafkaPrepareOperator):
         return super()._get_hook()
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_happy_path_commits_exactly_once_without_leaking_secrets(
-    export_dag, run_export, make_topic, protocol, bootstrap, settings, ledger, monkeypatch, capfd
+    export_dag,
+    run_export,
+    make_topic,
+    protocol,
+    bootstrap,
+    settings,
+    ledger,
+    monkeypatch,
+    capfd,
+    writer,
 ):
     # A SASL password on a PLAINTEXT listener: the clients ignore it, we must not leak it.
     secret = f"s3cret-{uuid.uuid4().hex}"
@@ -49,7 +61,12 @@ def test_happy_path_commits_exactly_once_without_leaking_secrets(
     # Whatever ran before in this process: the missing task state store is logged again.
     monkeypatch.setattr(version_compat, "_logged", set())
     topic = make_topic(3)
-    dag = export_dag(topic=topic, rows=ROWS, operator_classes={"prepare": SpyPrepare})
+    dag = export_dag(
+        topic=topic,
+        rows=ROWS,
+        operator_classes={"prepare": SpyPrepare},
+        prepare_kwargs={"writer": writer},
+    )
 
     result = run_export(dag, day=1)
 
@@ -87,6 +104,7 @@ def test_happy_path_commits_exactly_once_without_leaking_secrets(
 
     # The secret reached the Spark job only through a private file, now removed.
     seen = SpyPrepare.seen
+    assert seen["args"][seen["args"].index("--writer") + 1] == writer
     assert seen["settings"]["sasl.password"] == secret
     assert seen["mode"] == 0o600 and not seen["path"].exists()
     assert secret not in json.dumps([seen["args"], seen["conf"]])

@@ -282,9 +282,11 @@ class CommitRetriedAfterTheTimeout(KafkaTransactionCommitOperator):
         return super().commit(context, coordinator)
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_flink_data_loss_scenario_is_repaired_exactly_once(
-    export_dag, run_export, make_topic, protocol, bootstrap, ledger
+    export_dag, run_export, make_topic, protocol, bootstrap, ledger, writer
 ):
+    """With each writer: the loss repair re-prepares with the prepare's own writer."""
     topic = make_topic(3)
     rows = 300
     dag = export_dag(
@@ -295,6 +297,7 @@ def test_flink_data_loss_scenario_is_repaired_exactly_once(
         transaction_timeout_ms=EXPORT_TIMEOUT_MS,
         commit_margin_s=1.0,
         operator_classes={"commit": CommitRetriedAfterTheTimeout},
+        prepare_kwargs={"writer": writer},
     )
     started = time.monotonic()
     result = run_export(dag, day=7)

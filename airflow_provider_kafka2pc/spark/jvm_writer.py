@@ -1,0 +1,186 @@
+"""The JVM writer: Kafka's own Java producer writes each partition's transaction in the executor.
+
+The Python writer (:mod:`.partition_writer`) hands every record from the executor's JVM to
+a Python worker (Arrow), then one by one to librdkafka. Here the rows stay in the JVM, as
+with Spark's own Kafka sink: the driver calls ``kafka2pc.spark.JvmWriter.prepare`` (our jar,
+``jvm/``) through py4j on the encoded DataFrame, and each task runs Kafka's
+``KafkaProducer`` with public client APIs only (docs/jvm-writer.md says why no reflection
+is needed): ``initTransactions`` (fences a failed earlier attempt), ``beginTransaction``,
+``send`` per row, ``flush``, then the producer id and epoch from DescribeTransactions, and
+``close(Duration.ZERO)``, which leaves the transaction open. Each task returns the Python
+writer's result row (:data:`.partition_writer.RESULT_SCHEMA`), so everything downstream is
+shared.
+
+kafka-clients reaches the executors like this: a session that already has it (spark-submit
+``--packages org.apache.kafka:kafka-clients:4.4.0`` or ``--jars``, ``spark.jars``) uses it;
+any other gets :data:`KAFKA_CLIENTS`'s jar fetched once into the cache Apache Kafka's
+broker jars use (``~/.cache/kafka2pc``, with Apache Ivy from PySpark, a mirror by
+``KAFKA2PC_MAVEN_REPOSITORY``) and added with ``ADD JAR``, which ships it to the executors.
+Only that jar: Spark ships its dependencies (lz4, snappy, zstd, slf4j).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from py4j.java_gateway import JavaClass
+from pyspark.sql import DataFrame, SparkSession
+
+from ..broker.distribution import (
+    REPOSITORY_ENV,
+    _ivy_settings,
+    cache_root,
+    ivy_jar,
+    java_binary,
+    repository,
+)
+from ..errors import BrokerFetchError, ConfigurationError
+from .alignment import JAR
+from .jvm_settings import java_producer_settings
+from .writers import JVM_WRITER as JVM
+from .writers import PYTHON_WRITER as PYTHON
+from .writers import WRITERS, check_writer
+
+__all__ = ["JVM", "PYTHON", "WRITERS", "check_writer", "ensure_on_classpath", "jvm_write"]
+
+log = logging.getLogger(__name__)
+
+#: The Java client the JVM writer runs: 4.x implements KIP-890 (TV2) transactions.
+KAFKA_CLIENTS_VERSION = "4.4.0"
+KAFKA_CLIENTS = f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}"
+WRITER_CLASS = "kafka2pc.spark.JvmWriter"
+#: Test-only: the task local property the JVM writer reads its injected fault from
+#: (``partition,rows,attempts,die|fail``; see ``jvm/src/kafka2pc/spark/Fault.java``).
+FAULT_PROPERTY = "kafka2pc.test.fault"
+
+
+def jvm_write(
+    prepared: DataFrame,
+    *,
+    topic: str,
+    transactional_ids: Sequence[str],
+    settings: Mapping[str, str],
+    transaction_timeout_ms: int,
+    header_names: Sequence[str],
+    selected: Sequence[int] | None,
+) -> list[Any]:
+    """Run the write job (call :func:`ensure_on_classpath` first); one result row per
+    written partition.
+
+    ``settings`` are the Java producer's (:func:`java_producer_settings`). They reach the
+    executors inside the task's function object only, never in the plan's text: its
+    ``toString`` names the topic and the number of ids.
+    """
+    spark = prepared.sparkSession
+    writer = _writer_class(spark)
+    jdf = writer.prepare(
+        prepared._jdf,
+        topic,
+        list(transactional_ids),
+        dict(settings),
+        int(transaction_timeout_ms),
+        list(header_names),
+        None if selected is None else list(selected),
+    )
+    return DataFrame(jdf, spark).collect()
+
+
+def producer_settings(config: Mapping[str, Any], transaction_timeout_ms: int) -> dict[str, str]:
+    """The settings checked and translated on the driver, before any transaction opens."""
+    return java_producer_settings(config, transaction_timeout_ms)
+
+
+def ensure_on_classpath(spark: SparkSession) -> str:
+    """Make kafka-clients and our jar loadable by the driver and the executors; returns
+    the kafka-clients version the JVM loads.
+
+    kafka-clients is added first, before anything calls into our classes: the JVM caches a
+    failed class resolution, so a writer class that once missed KafkaProducer would miss it
+    for good in this session.
+    """
+    jvm = spark.sparkContext._jvm
+    if not isinstance(jvm.org.apache.kafka.clients.producer.KafkaProducer, JavaClass):
+        _add_jar(spark, kafka_clients_jar())
+    if not isinstance(_writer_class(spark), JavaClass):
+        _add_jar(spark, JAR)
+    try:
+        return str(_writer_class(spark).kafkaClientsVersion())
+    except Exception as exc:  # the class missing (JavaPackage not callable), or a Java error
+        raise ConfigurationError(
+            f"the JVM writer cannot load {WRITER_CLASS} and kafka-clients ({type(exc).__name__});"
+            f" start Spark with --packages {KAFKA_CLIENTS} and --jars {JAR}, or use "
+            "writer='python'"
+        ) from None
+
+
+def _writer_class(spark: SparkSession) -> Any:
+    """py4j names a class it cannot load a package (``JavaPackage``)."""
+    return spark.sparkContext._jvm.kafka2pc.spark.JvmWriter  # type: ignore[union-attr]
+
+
+def _add_jar(spark: SparkSession, jar: Path) -> None:
+    quoted = str(jar).replace("'", "\\'")
+    spark.sql(f"ADD JAR '{quoted}'")
+
+
+def kafka_clients_jar(cache_dir: Path | None = None, timeout_s: float = 300) -> Path:
+    """kafka-clients :data:`KAFKA_CLIENTS_VERSION`'s jar, fetched once with Apache Ivy
+    (without its dependencies, which Spark ships) into ``<cache>/kafka-clients-<version>``."""
+    home = (cache_dir or cache_root()) / f"kafka-clients-{KAFKA_CLIENTS_VERSION}"
+    jar = home / f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar"
+    if jar.exists():
+        return jar
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f".kafka-clients-{KAFKA_CLIENTS_VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if jar.exists():
+            return jar
+        staging = Path(tempfile.mkdtemp(prefix=".kafka-clients-", dir=home.parent))
+        try:
+            _fetch(staging, home.parent / "ivy-cache", timeout_s)
+            shutil.rmtree(home, ignore_errors=True)
+            staging.rename(home)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return jar
+
+
+def _fetch(target: Path, ivy_cache: Path, timeout_s: float) -> None:
+    settings = target / "ivysettings.xml"
+    settings.write_text(_ivy_settings(repository()))
+    group, name, version = KAFKA_CLIENTS.split(":")
+    command = [
+        java_binary(),
+        "-jar",
+        ivy_jar(),
+        "-settings",
+        str(settings),
+        "-cache",
+        str(ivy_cache),
+        "-dependency",
+        group,
+        name,
+        version,
+        "-notransitive",
+        "-confs",
+        "default",
+        "-retrieve",
+        str(target / "[artifact]-[revision].[ext]"),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise BrokerFetchError(f"fetching {KAFKA_CLIENTS} took over {timeout_s:.0f} s") from None
+    if done.returncode != 0 or not (target / f"{name}-{version}.jar").exists():
+        raise BrokerFetchError(
+            f"could not fetch {KAFKA_CLIENTS} from {repository()} (set {REPOSITORY_ENV} to "
+            f"use a mirror, or start Spark with --packages {KAFKA_CLIENTS}): "
+            f"{done.stderr.strip()[-300:] or done.stdout.strip()[-300:]}"
+        )

@@ -1,0 +1,46 @@
+package kafka2pc.spark;
+
+import java.util.TreeMap;
+
+import org.apache.kafka.clients.producer.Callback;
+import org.apache.kafka.clients.producer.RecordMetadata;
+
+/**
+ * The send callbacks' bookkeeping: each Kafka partition's first and last offset and count,
+ * and the first failure. Called on the producer's I/O thread, read by the task's.
+ */
+final class Deliveries implements Callback {
+    private final TreeMap<Integer, Committable.Range> partitions = new TreeMap<>();
+    private long count;
+    private volatile Exception error;
+
+    @Override
+    public synchronized void onCompletion(RecordMetadata metadata, Exception exception) {
+        if (exception != null) {
+            if (error == null) {
+                error = exception;
+            }
+            return;
+        }
+        partitions.computeIfAbsent(metadata.partition(), p -> new Committable.Range())
+                .add(metadata.offset());
+        count++;
+    }
+
+    synchronized long count() {
+        return count;
+    }
+
+    synchronized TreeMap<Integer, Committable.Range> partitions() {
+        return partitions;
+    }
+
+    /** Fails the task at the first failed delivery, naming it. */
+    void raiseFirstError(String topic) {
+        Exception failed = error;
+        if (failed != null) {
+            throw new IllegalStateException("delivery to '" + topic + "' failed: "
+                    + failed.getClass().getSimpleName() + ": " + failed.getMessage(), failed);
+        }
+    }
+}

@@ -1,0 +1,66 @@
+package kafka2pc.spark;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+
+/**
+ * The driver's entry into the JVM writer, called from PySpark through py4j on the encoded
+ * DataFrame ({@code df._jdf}): each Spark partition becomes one open Kafka transaction,
+ * written by Kafka's own Java producer inside the executor ({@link PartitionWriter}).
+ *
+ * <p>Why: the Python writer hands every record from the JVM to a Python worker and from
+ * there to librdkafka; here the rows never leave the executor's JVM, as with Spark's own
+ * Kafka sink. The result rows are the Python writer's (partition, attempt, input_rows,
+ * committable JSON), so the driver's checks, the manifest and the ledger are shared.
+ */
+public final class JvmWriter {
+    private JvmWriter() {
+    }
+
+    /**
+     * The version of kafka-clients this JVM loads; throws {@link NoClassDefFoundError} when
+     * none is on the classpath (the driver then adds it).
+     */
+    public static String kafkaClientsVersion() {
+        return Described.clientVersion();
+    }
+
+    /**
+     * A lazy Dataset of one result row per written partition.
+     *
+     * @param encoded the rows as binary key/value/header columns (and an optional long
+     *     {@code __kafka2pc_timestamp}), one Spark partition per transactional id
+     * @param topic the topic every record goes to
+     * @param transactionalIds one id per Spark partition
+     * @param producerSettings Java client settings (already translated and checked)
+     * @param transactionTimeoutMs the transaction timeout asked of the coordinator
+     * @param headerNames header names; column {@code __kafka2pc_header_<name>} holds each
+     * @param selected the partitions to write (a loss repair); null: all of them
+     */
+    public static Dataset<Row> prepare(
+            Dataset<Row> encoded,
+            String topic,
+            List<String> transactionalIds,
+            Map<String, String> producerSettings,
+            long transactionTimeoutMs,
+            List<String> headerNames,
+            List<Integer> selected) {
+        Set<Integer> only = selected == null ? null : new HashSet<>(selected);
+        PartitionWriter writer = new PartitionWriter(
+                topic,
+                new ArrayList<>(transactionalIds),
+                new HashMap<>(producerSettings),
+                transactionTimeoutMs,
+                new ArrayList<>(headerNames),
+                only);
+        return encoded.mapPartitions(writer, Encoders.row(PartitionWriter.RESULT_SCHEMA));
+    }
+}
