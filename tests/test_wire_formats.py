@@ -160,8 +160,9 @@ def nothing_opened(protocol, topic: str, leased: list[str]) -> None:
 # -- registry Avro ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_registry_avro_values_and_keys_read_back_through_the_registry(
-    spark, registry, settings, bootstrap, protocol, make_topic
+    spark, registry, settings, bootstrap, protocol, make_topic, writer
 ):
     """Spark 4.2.0's Avro package runs under pyspark 4.3.0; the schema derived from the
     DataFrame is registered once as ``<topic>-value`` (the key's as ``<topic>-key``); every
@@ -173,6 +174,7 @@ def test_registry_avro_values_and_keys_read_back_through_the_registry(
         topic=topic,
         transactional_ids=ids(4),
         producer_config=settings,
+        writer=writer,
         key_column="id",
         wire=WireOptions(
             registry={"url": registry},
@@ -428,8 +430,9 @@ def _compacted_topic(bootstrap: str, partitions: int = 2) -> str:
     return name
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_tombstones_are_counted_and_delete_their_keys_after_compaction(
-    spark, settings, bootstrap, protocol
+    spark, settings, bootstrap, protocol, writer
 ):
     """A second export deletes the even keys: ``tombstone_when`` for id % 4 = 0, a null
     value column for id % 4 = 2. Both witnesses count the 50 tombstones apart from the
@@ -441,6 +444,7 @@ def test_tombstones_are_counted_and_delete_their_keys_after_compaction(
         topic=topic,
         transactional_ids=ids(2),
         producer_config=settings,
+        writer=writer,
         key_column="id",
         value_column="payload",
     )
@@ -452,6 +456,7 @@ def test_tombstones_are_counted_and_delete_their_keys_after_compaction(
         topic=topic,
         transactional_ids=ids(2),
         producer_config=settings,
+        writer=writer,
         key_column="id",
         value_column="payload",
         wire=WireOptions(tombstone_when="id % 4 = 0"),
@@ -496,7 +501,8 @@ def test_tombstones_are_counted_and_delete_their_keys_after_compaction(
 # -- record timestamps -------------------------------------------------------------------------
 
 
-def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, make_topic):
+@pytest.mark.parametrize("writer", ["python", "jvm"])
+def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, make_topic, writer):
     """A timestamp column and a long epoch-ms column become the records' CreateTime; a null
     one is the time of writing; a value at or before 1970 fails before anything opens."""
     base = int(dt.datetime(2020, 5, 17, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
@@ -515,6 +521,7 @@ def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, m
             topic=topic,
             transactional_ids=ids(2),
             producer_config=settings,
+            writer=writer,
             key_column="id",
             header_columns=["origin"] if column == "at" else [],
             wire=WireOptions(timestamp_column=column),
@@ -541,6 +548,7 @@ def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, m
             topic=topic,
             transactional_ids=leased,
             producer_config=settings,
+            writer=writer,
             key_column="id",
             wire=WireOptions(timestamp_column="ms"),
         )
