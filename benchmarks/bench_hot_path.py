@@ -1,0 +1,153 @@
+"""The Python hot path alone: Arrow batches into one transaction, CPU per record.
+
+Why: the prepare's Python workers spend their CPU in the per-record path (Arrow columns to
+Python objects, one ``produce()`` and one delivery report per record). This measures that
+path without Spark, so a profile (``py-spy record -- python benchmarks/bench_hot_path.py``)
+shows nothing else: ``--rows`` generated records (a 16-byte key, a ~130-byte value) as a
+binary Arrow table cut into ``--batch-rows`` batches, as ``mapInArrow`` hands them over,
+written by the package's own partition-writer path (``partition_writer._chunks`` into
+``TransactionalWriter.write_chunks``) into ONE transaction on one Kafka partition (a topic
+of one partition: what each transaction writes when aligned with Kafka). Then the
+transaction is committed and verified (log audit, read_committed count) before any figure
+is printed.
+
+Printed per variant (``--variants``: ``produce``, one ``produce()`` per record;
+``produce_batch``, one ``produce_batch`` call per Arrow batch): wall seconds and the
+process's CPU seconds (librdkafka's threads included), each per record. With
+``--before DIR``, the same is run with the package found in DIR instead (an export of an
+older commit: ``git archive <commit> airflow_provider_kafka2pc | tar -x -C DIR``), whose
+partition writer had ``_records`` (a tuple per record): the before/after of one change.
+
+Run: ``python benchmarks/bench_hot_path.py [--rows 2000000 --variants produce,produce_batch]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = ("produce", "produce_batch")
+
+
+def arrow_batches(rows: int, batch_rows: int) -> list:
+    """The records as Arrow batches of binary key/value columns, as Spark hands them over."""
+    import pyarrow as pa
+    from harness import key_of, value_of
+
+    from airflow_provider_kafka2pc.spark.partition_writer import KEY, VALUE
+
+    batches = []
+    for start in range(0, rows, batch_rows):
+        stop = min(rows, start + batch_rows)
+        keys = pa.array([key_of(i) for i in range(start, stop)], pa.binary())
+        values = pa.array([value_of(i) for i in range(start, stop)], pa.binary())
+        batches.append(pa.RecordBatch.from_arrays([keys, values], names=[KEY, VALUE]))
+    return batches
+
+
+def write_once(servers: str, topic: str, variant: str, batches: list) -> dict:
+    """One transaction of every batch through the partition writer's path; its cost."""
+    from airflow_provider_kafka2pc.spark import partition_writer as pw
+    from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+
+    counter = pw._Counter()
+    options = {"batch_produce": True} if variant == "produce_batch" else {}
+    writer = TransactionalWriter(
+        {"bootstrap.servers": servers},
+        f"{topic}-{variant}",
+        transaction_timeout_ms=600_000,
+        **options,
+    )
+    cpu, wall = time.process_time(), time.perf_counter()
+    if hasattr(pw, "_chunks"):
+        committable = writer.write_chunks(topic, pw._chunks(iter(batches), [], counter, None))
+    else:  # an older package: one tuple per record
+        committable = writer.write(topic, pw._records(iter(batches), [], counter, None))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"cpu": cpu, "wall": wall, "committable": committable.to_json(), "rows": counter.rows}
+
+
+def child(args: argparse.Namespace) -> int:
+    """Runs in a process of its own (``--child``): build the batches, write, print JSON."""
+    batches = arrow_batches(args.rows, args.batch_rows)
+    result = write_once(args.bootstrap_servers, args.topic, args.child, batches)
+    print(json.dumps(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--batch-rows", type=int, default=10_000, help="Spark's Arrow batch")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--before", type=Path, help="also run the package exported in DIR")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap-servers", help="an existing cluster instead of a local broker")
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args)
+
+    from harness import Cluster, Expected, machine_line, verify_topic
+
+    from airflow_provider_kafka2pc.transaction.committable import Committable
+    from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    runs = [("after", v, None) for v in variants]
+    if args.before:
+        runs.insert(0, ("before", "produce", args.before.resolve()))
+    here = Path(__file__).resolve().parent
+    with Cluster(args.bootstrap_servers) as cluster:
+        print(f"{cluster.describe()}; {args.rows:,} rows; {machine_line()}", flush=True)
+        results = []
+        for label, variant, package in runs:
+            topic = cluster.topic(f"hot-{label}-{variant.replace('_', '-')}", 1)
+            paths = [str(package)] if package else []
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(here)])}
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    *("--child", variant, "--topic", topic, "--rows", str(args.rows)),
+                    *("--batch-rows", str(args.batch_rows)),
+                    *("--bootstrap-servers", cluster.servers),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"{label} {variant} failed:\n{done.stderr[-3000:]}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            committable = Committable.from_json(result["committable"])
+            outcome = TransactionController(cluster.protocol).commit(committable).outcome
+            expected = Expected(args.rows, content=False, committables=[committable])
+            check = verify_topic(cluster, topic, expected)
+            ok = outcome is Outcome.COMMITTED and check.ok and committable.record_count == args.rows
+            results.append((label, variant, result, ok, check.summary()))
+            cluster.delete_topics([topic])
+    print("\nverification (commit, log audit, read_committed):")
+    for label, variant, _, ok, summary in results:
+        print(f"  {'OK' if ok else 'FAILED':<6} {label} {variant}: {summary}")
+    print(f"\n{args.rows:,} rows, one transaction, one partition; {machine_line()}")
+    print("  run     variant         wall s  CPU s  wall us/rec  CPU us/rec")
+    for label, variant, r, _, _ in results:
+        print(
+            f"  {label:<7} {variant:<14} {r['wall']:7.2f} {r['cpu']:6.2f} "
+            f"{r['wall'] / args.rows * 1e6:12.2f} {r['cpu'] / args.rows * 1e6:11.2f}"
+        )
+    return 0 if all(ok for *_, ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
