@@ -17,6 +17,8 @@ process's CPU seconds (librdkafka's threads included), each per record. With
 ``--before DIR``, the same is run with the package found in DIR instead (an export of an
 older commit: ``git archive <commit> airflow_provider_kafka2pc | tar -x -C DIR``), whose
 partition writer had ``_records`` (a tuple per record): the before/after of one change.
+With ``--py-spy DIR``, each variant runs under ``py-spy record`` (folded stacks, which
+``--py-spy`` then sums by function: where the per-record time goes).
 
 Run: ``python benchmarks/bench_hot_path.py [--rows 2000000 --variants produce,produce_batch]``.
 """
@@ -72,6 +74,23 @@ def write_once(servers: str, topic: str, variant: str, batches: list) -> dict:
     return {"cpu": cpu, "wall": wall, "committable": committable.to_json(), "rows": counter.rows}
 
 
+def leaf_shares(folded: Path, top: int = 8) -> list[str]:
+    """The functions most samples of a py-spy folded-stack file were in (their own time),
+    as percentages of the samples taken while writing (``write_once``)."""
+    own: dict[str, int] = {}
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if "write_once" not in stack or not count.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        name = leaf.split(" (")[0] + " (" + leaf.rsplit("/", 1)[-1].split(" (")[-1]
+        own[name] = own.get(name, 0) + int(count)
+        total += int(count)
+    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:top]
+    return [f"{100 * n / total:5.1f}%  {name}" for name, n in ranked] if total else []
+
+
 def child(args: argparse.Namespace) -> int:
     """Runs in a process of its own (``--child``): build the batches, write, print JSON."""
     batches = arrow_batches(args.rows, args.batch_rows)
@@ -86,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-rows", type=int, default=10_000, help="Spark's Arrow batch")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--before", type=Path, help="also run the package exported in DIR")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        help="run each variant under py-spy, folded stacks into DIR/<run>-<variant>.txt",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap-servers", help="an existing cluster instead of a local broker")
@@ -113,8 +137,15 @@ def main(argv: list[str] | None = None) -> int:
             topic = cluster.topic(f"hot-{label}-{variant.replace('_', '-')}", 1)
             paths = [str(package)] if package else []
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(here)])}
+            spy: list[str] = []
+            if args.py_spy:
+                args.py_spy.mkdir(parents=True, exist_ok=True)
+                folded = args.py_spy / f"{label}-{variant}.txt"
+                spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--format"]
+                spy += ["raw", "--rate", "200", "--output", str(folded), "--"]
             done = subprocess.run(
                 [
+                    *spy,
                     sys.executable,
                     __file__,
                     *("--child", variant, "--topic", topic, "--rows", str(args.rows)),
@@ -128,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             if done.returncode != 0:
                 raise SystemExit(f"{label} {variant} failed:\n{done.stderr[-3000:]}")
-            result = json.loads(done.stdout.strip().splitlines()[-1])
+            result = json.loads(
+                next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{"))
+            )
             committable = Committable.from_json(result["committable"])
             outcome = TransactionController(cluster.protocol).commit(committable).outcome
             expected = Expected(args.rows, content=False, committables=[committable])
@@ -146,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             f"  {label:<7} {variant:<14} {r['wall']:7.2f} {r['cpu']:6.2f} "
             f"{r['wall'] / args.rows * 1e6:12.2f} {r['cpu'] / args.rows * 1e6:11.2f}"
         )
+    if args.py_spy:
+        for label, variant, *_ in results:
+            print(f"\npy-spy, {label} {variant}: own samples while writing")
+            for line in leaf_shares(args.py_spy / f"{label}-{variant}.txt"):
+                print(f"  {line}")
     return 0 if all(ok for *_, ok, _ in results) else 1
 
 
