@@ -112,11 +112,12 @@ class CoreTimeline:
             lines.append(f"  task core {core + 1} |{''.join(cells)}|")
         names = list(dict.fromkeys(p.name for p in self.phases))
         marks = {name: str(i % 10) for i, name in enumerate(names)}
-        row = []
-        for a, b in itertools.pairwise(edges):
-            phase = max(self.phases, key=lambda p: _overlap((p.start_ms, p.end_ms), a, b))
-            row.append(marks[phase.name] if _overlap((phase.start_ms, phase.end_ms), a, b) else " ")
         if self.phases:
+            row = []
+            for a, b in itertools.pairwise(edges):
+                phase = max(self.phases, key=lambda p: _overlap((p.start_ms, p.end_ms), a, b))
+                span = (phase.start_ms, phase.end_ms)
+                row.append(marks[phase.name] if _overlap(span, a, b) else " ")
             lines.append(f"  phase       |{''.join(row)}|")
             lines.append("    phases: " + ", ".join(f"{marks[n]} {n}" for n in names))
         if stages:
