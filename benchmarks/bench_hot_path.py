@@ -7,9 +7,10 @@ shows nothing else: ``--rows`` generated records (a 16-byte key, a ~130-byte val
 binary Arrow table cut into ``--batch-rows`` batches, as ``mapInArrow`` hands them over,
 written by the package's own partition-writer path (``partition_writer._chunks`` into
 ``TransactionalWriter.write_chunks``) into ONE transaction on one Kafka partition (a topic
-of one partition: what each transaction writes when aligned with Kafka). Then the
-transaction is committed and verified (log audit, read_committed count) before any figure
-is printed.
+of one partition: what each transaction writes when aligned with Kafka), each write in a
+process of its own. An untimed warm-up write first (the broker's JIT), then ``--rounds``
+rounds, the order of the runs rotating each round. Every transaction is committed and
+verified (log audit, read_committed count) before any figure is printed.
 
 Printed per variant (``--variants``: ``produce``, one ``produce()`` per record;
 ``produce_batch``, one ``produce_batch`` call per Arrow batch): wall seconds and the
@@ -32,8 +33,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 VARIANTS = ("produce", "produce_batch")
+HERE = Path(__file__).resolve().parent
 
 
 def arrow_batches(rows: int, batch_rows: int) -> list:
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--batch-rows", type=int, default=10_000, help="Spark's Arrow batch")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=2, help="the order rotates each round")
     parser.add_argument("--before", type=Path, help="also run the package exported in DIR")
     parser.add_argument(
         "--py-spy",
@@ -117,10 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return child(args)
 
-    from harness import Cluster, Expected, machine_line, verify_topic
-
-    from airflow_provider_kafka2pc.transaction.committable import Committable
-    from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+    from harness import Cluster, machine_line
 
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))
@@ -129,62 +130,86 @@ def main(argv: list[str] | None = None) -> int:
     runs = [("after", v, None) for v in variants]
     if args.before:
         runs.insert(0, ("before", "produce", args.before.resolve()))
-    here = Path(__file__).resolve().parent
     with Cluster(args.bootstrap_servers) as cluster:
         print(f"{cluster.describe()}; {args.rows:,} rows; {machine_line()}", flush=True)
+        # Untimed: the broker's first transaction pays its JIT warm-up.
+        warm = run_child(cluster, args, "warmup", "produce", None, min(args.rows, 200_000))
+        print(f"  warm-up: {warm[2]}", flush=True)
         results = []
-        for label, variant, package in runs:
-            topic = cluster.topic(f"hot-{label}-{variant.replace('_', '-')}", 1)
-            paths = [str(package)] if package else []
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(here)])}
-            spy: list[str] = []
-            if args.py_spy:
-                args.py_spy.mkdir(parents=True, exist_ok=True)
-                folded = args.py_spy / f"{label}-{variant}.txt"
-                spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--format"]
-                spy += ["raw", "--rate", "200", "--output", str(folded), "--"]
-            done = subprocess.run(
-                [
-                    *spy,
-                    sys.executable,
-                    __file__,
-                    *("--child", variant, "--topic", topic, "--rows", str(args.rows)),
-                    *("--batch-rows", str(args.batch_rows)),
-                    *("--bootstrap-servers", cluster.servers),
-                ],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=False,
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"{label} {variant} failed:\n{done.stderr[-3000:]}")
-            result = json.loads(
-                next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{"))
-            )
-            committable = Committable.from_json(result["committable"])
-            outcome = TransactionController(cluster.protocol).commit(committable).outcome
-            expected = Expected(args.rows, content=False, committables=[committable])
-            check = verify_topic(cluster, topic, expected)
-            ok = outcome is Outcome.COMMITTED and check.ok and committable.record_count == args.rows
-            results.append((label, variant, result, ok, check.summary()))
-            cluster.delete_topics([topic])
+        for number in range(1, args.rounds + 1):
+            shift = number % len(runs)
+            for label, variant, package in runs[shift:] + runs[:shift]:
+                result, ok, summary = run_child(
+                    cluster, args, label, variant, package, args.rows, f"r{number}"
+                )
+                results.append((number, label, variant, result, ok, summary))
+                print(f"  r{number} {label} {variant}: {summary}", flush=True)
     print("\nverification (commit, log audit, read_committed):")
-    for label, variant, _, ok, summary in results:
-        print(f"  {'OK' if ok else 'FAILED':<6} {label} {variant}: {summary}")
+    for number, label, variant, _, ok, summary in results:
+        print(f"  {'OK' if ok else 'FAILED':<6} r{number} {label} {variant}: {summary}")
     print(f"\n{args.rows:,} rows, one transaction, one partition; {machine_line()}")
-    print("  run     variant         wall s  CPU s  wall us/rec  CPU us/rec")
-    for label, variant, r, _, _ in results:
+    print("  round  run     variant         wall s  CPU s  wall us/rec  CPU us/rec")
+    for number, label, variant, r, _, _ in results:
         print(
-            f"  {label:<7} {variant:<14} {r['wall']:7.2f} {r['cpu']:6.2f} "
+            f"  r{number:<5} {label:<7} {variant:<14} {r['wall']:7.2f} {r['cpu']:6.2f} "
             f"{r['wall'] / args.rows * 1e6:12.2f} {r['cpu'] / args.rows * 1e6:11.2f}"
         )
     if args.py_spy:
-        for label, variant, *_ in results:
-            print(f"\npy-spy, {label} {variant}: own samples while writing")
-            for line in leaf_shares(args.py_spy / f"{label}-{variant}.txt"):
+        for number, label, variant, *_ in results:
+            print(f"\npy-spy, r{number} {label} {variant}: own samples while writing")
+            for line in leaf_shares(args.py_spy / f"r{number}-{label}-{variant}.txt"):
                 print(f"  {line}")
     return 0 if all(ok for *_, ok, _ in results) else 1
+
+
+def run_child(
+    cluster: Any,
+    args: argparse.Namespace,
+    label: str,
+    variant: str,
+    package: Path | None,
+    rows: int,
+    tag: str = "",
+) -> tuple[dict, bool, str]:
+    """One write in a process of its own (under py-spy when asked), then its commit and
+    verification: (the child's figures, verified, the check's summary)."""
+    from harness import Expected, verify_topic
+
+    from airflow_provider_kafka2pc.transaction.committable import Committable
+    from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+
+    topic = cluster.topic(f"hot-{tag}-{label}-{variant.replace('_', '-')}", 1)
+    paths = [str(package)] if package else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(HERE)])}
+    spy: list[str] = []
+    if args.py_spy and label != "warmup":
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+        folded = args.py_spy / f"{tag}-{label}-{variant}.txt"
+        spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--format"]
+        spy += ["raw", "--rate", "200", "--output", str(folded), "--"]
+    done = subprocess.run(
+        [
+            *spy,
+            sys.executable,
+            __file__,
+            *("--child", variant, "--topic", topic, "--rows", str(rows)),
+            *("--batch-rows", str(args.batch_rows)),
+            *("--bootstrap-servers", cluster.servers),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{label} {variant} failed:\n{done.stderr[-3000:]}")
+    result = json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{")))
+    committable = Committable.from_json(result["committable"])
+    outcome = TransactionController(cluster.protocol).commit(committable).outcome
+    check = verify_topic(cluster, topic, Expected(rows, content=False, committables=[committable]))
+    ok = outcome is Outcome.COMMITTED and check.ok and committable.record_count == rows
+    cluster.delete_topics([topic])
+    return result, ok, check.summary()
 
 
 if __name__ == "__main__":
