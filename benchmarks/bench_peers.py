@@ -330,9 +330,9 @@ class Peers:
         tasks: list[tuple[float, float, str]] = (),  # type: ignore[assignment]
     ) -> CoreTimeline:
         """Where the machine's cores went in this run (:mod:`harness.cores`)."""
-        return CoreTimeline(
-            side, started, ended, os.cpu_count() or 1, phases, meter.series, list(tasks)
-        )
+        cores = os.cpu_count() or 1
+        slots = self.args.cores
+        return CoreTimeline(side, started, ended, cores, phases, meter.series, list(tasks), slots)
 
     def spark_sink(self, rnd: Round) -> Run:
         data, files = self._dataset(rnd), self._files(rnd, SPARK_SINK)

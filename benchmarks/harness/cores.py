@@ -50,10 +50,12 @@ class CoreTimeline:
     series: Sequence[tuple[float, float, float]]
     #: (launch ms, finish ms, label) of each Spark task.
     tasks: Sequence[tuple[float, float, str]] = ()
+    #: Spark's task slots (``local[N]``); the machine's cores when None.
+    slots: int | None = None
     lanes: list[list[tuple[float, float, str]]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.lanes = assign_lanes(self.tasks, self.cores)
+        self.lanes = assign_lanes(self.tasks, self.slots or self.cores)
 
     @property
     def seconds(self) -> float:
@@ -94,7 +96,7 @@ class CoreTimeline:
 
     def text(self, width: int = WIDTH) -> list[str]:
         """Per core: CPU shade per slice (the broker's CPU included, filled core by core);
-        for Spark, per core the stage whose task held it; then the phases."""
+        for Spark, per task slot the stage whose task held it; then the phases."""
         step = (self.end_ms - self.start_ms) / width
         edges = [self.start_ms + i * step for i in range(width + 1)]
         used = [self.cpu_between(a, b) / (step / 1000) for a, b in itertools.pairwise(edges)]
@@ -109,7 +111,7 @@ class CoreTimeline:
             for a, b in itertools.pairwise(edges):
                 held = max(lane, key=lambda t: _overlap(t, a, b), default=None)
                 cells.append(letters[held[2]] if held and _overlap(held, a, b) > step / 2 else " ")
-            lines.append(f"  task core {core + 1} |{''.join(cells)}|")
+            lines.append(f"  task slot {core + 1} |{''.join(cells)}|")
         names = list(dict.fromkeys(p.name for p in self.phases))
         marks = {name: str(i % 10) for i, name in enumerate(names)}
         if self.phases:
@@ -127,16 +129,16 @@ class CoreTimeline:
 
 
 def assign_lanes(
-    tasks: Sequence[tuple[float, float, str]], cores: int
+    tasks: Sequence[tuple[float, float, str]], slots: int
 ) -> list[list[tuple[float, float, str]]]:
-    """Each task on the first core free at its launch (an extra lane if none is: the log's
-    clock and the sampler's may differ by a few ms)."""
-    lanes: list[list[tuple[float, float, str]]] = [[] for _ in range(cores)] if tasks else []
+    """Each task on the first of Spark's ``slots`` free at its launch, else on the one that
+    frees first: the log's finish time is when the driver recorded the end, which on a
+    loaded machine can come after the next task on that core was launched."""
+    lanes: list[list[tuple[float, float, str]]] = [[] for _ in range(slots)] if tasks else []
     for task in sorted(tasks):
-        free = next((lane for lane in lanes if not lane or lane[-1][1] <= task[0] + 5), None)
+        free = next((lane for lane in lanes if not lane or lane[-1][1] <= task[0]), None)
         if free is None:
-            free = []
-            lanes.append(free)
+            free = min(lanes, key=lambda lane: lane[-1][1])
         free.append(task)
     return lanes
 
@@ -149,7 +151,7 @@ def print_costs(timelines: Sequence[CoreTimeline], say: Callable[[str], None] = 
         for cost in tl.costs():
             tasks = "" if cost.in_tasks is None else f", in tasks {cost.in_tasks:6.1f} core-s"
             say(
-                f"    {cost.name:<38} {cost.seconds:6.1f} s  CPU {cost.cpu:6.1f} s  "
+                f"    {cost.name:<48} {cost.seconds:6.1f} s  CPU {cost.cpu:6.1f} s  "
                 f"idle {cost.idle:6.1f} core-s{tasks}"
             )
 
@@ -177,7 +179,7 @@ def write_svg(timelines: Sequence[CoreTimeline], path: Path, title: str) -> Path
                 )
             y += row
         for core, lane in enumerate(tl.lanes):
-            parts.append(f'<text x="10" y="{y + 10}" font-size="10">task {core + 1}</text>')
+            parts.append(f'<text x="10" y="{y + 10}" font-size="10">slot {core + 1}</text>')
             for s, e, label in lane:
                 x = 80 + (s - tl.start_ms) / 1000 * scale
                 w = max(0.5, (e - s) / 1000 * scale)
