@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -49,9 +50,12 @@ from typing import Any
 
 from harness import (
     Cluster,
+    CoreTimeline,
     Dataset,
     Expected,
     PeerUnavailable,
+    Phase,
+    Results,
     Round,
     Run,
     Side,
@@ -66,12 +70,16 @@ from harness import (
     now_ms,
     parse_subset,
     peers_root,
+    print_costs,
     print_results,
     profiled,
     python_venv,
     same_partition_counts,
+    spark_phases,
     spark_submit,
+    task_spans,
     timeline,
+    write_svg,
 )
 
 from airflow_provider_kafka2pc.broker import fetch_kafka
@@ -102,6 +110,9 @@ KAFKA2PC_UNSHUFFLED = "kafka2pc no shuffle"
 SPARK_SINK = "Spark Kafka sink"
 FLINK_SINK = "Flink KafkaSink"
 PRODUCER_PERF = "ProducerPerformance"
+#: The prepare's writer when none is named: the Python workers' confluent-kafka producer.
+PYTHON_WRITER = "python"
+KAFKA2PC_VARIANTS = (KAFKA2PC, KAFKA2PC_HASH, KAFKA2PC_UNSHUFFLED)
 GUARANTEES = {
     KAFKA2PC: "exactly once: spark-submit prepare (aligned with Kafka) + kafka2pc commit",
     KAFKA2PC_HASH: "the same with --no-align-with-kafka (each transaction writes every partition)",
@@ -111,6 +122,16 @@ GUARANTEES = {
     FLINK_SINK: "exactly once: PyFlink SQL, BATCH, exactly-once sink",
     PRODUCER_PERF: "one transaction, keyless random payload: the broker's ceiling",
 }
+
+
+def with_writer(variant: str, writer: str) -> str:
+    """The system name of a kafka2pc variant run with ``writer`` (the default keeps its name)."""
+    return variant if writer == PYTHON_WRITER else f"{variant} [{writer} writer]"
+
+
+def kafka2pc_systems(variants: list[str], writers: list[str]) -> dict[str, tuple[str, str]]:
+    """Each kafka2pc system to run: name -> (variant, writer)."""
+    return {with_writer(v, w): (v, w) for v in variants for w in writers}
 
 
 # -- fetching the peers ------------------------------------------------------------------------
@@ -197,18 +218,24 @@ class Peers:
         self.full.read_through(self.args.partitions)  # in the page cache before round 1
 
     def sides(self) -> dict[str, Side]:
+        variants = [v for v in KAFKA2PC_VARIANTS if v in self.args.systems]
         sides: dict[str, Side] = {
-            KAFKA2PC: self.kafka2pc,
-            KAFKA2PC_HASH: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_HASH),
-            KAFKA2PC_UNSHUFFLED: lambda rnd: self.kafka2pc(rnd, KAFKA2PC_UNSHUFFLED),
+            name: (lambda rnd, v=variant, w=writer: self.kafka2pc(rnd, v, w))
+            for name, (variant, writer) in kafka2pc_systems(variants, self.args.writers).items()
         }
         available = {
             SPARK_SINK: self.spark_sink,
             FLINK_SINK: self.flink,
             PRODUCER_PERF: self.producer_performance,
         }
-        sides.update({name: side for name, side in available.items() if name in self.peers})
-        return {name: side for name, side in sides.items() if name in self.args.systems}
+        sides.update(
+            {
+                name: side
+                for name, side in available.items()
+                if name in self.peers and name in self.args.systems
+            }
+        )
+        return sides
 
     def _dataset(self, rnd: Round) -> Dataset:
         return self.warm if rnd.warmup else self.full
@@ -228,9 +255,11 @@ class Peers:
         path.mkdir(parents=True)
         return path
 
-    def kafka2pc(self, rnd: Round, side: str = KAFKA2PC) -> Run:
-        data, files = self._dataset(rnd), self._files(rnd, side)
-        topic = self.cluster.topic(f"{rnd.label}-{side.replace(' ', '-')}", self.args.partitions)
+    def kafka2pc(self, rnd: Round, side: str = KAFKA2PC, writer: str = PYTHON_WRITER) -> Run:
+        name = with_writer(side, writer)
+        data, files = self._dataset(rnd), self._files(rnd, name)
+        slug = name.replace(" ", "-").replace("[", "").replace("]", "")
+        topic = self.cluster.topic(f"{rnd.label}-{slug}", self.args.partitions)
         ids = [f"{topic}-{i}" for i in range(self.args.partitions)]
         manifest = files / "manifest.json"
         events = files / "events"
@@ -242,6 +271,8 @@ class Peers:
             *("--transactional-ids", ",".join(ids), "--job-label", topic),
             *("--manifest", str(manifest)),
             "--align-with-kafka" if side == KAFKA2PC else "--no-align-with-kafka",
+            # Only when asked: the application knows --writer only from the JVM writer on.
+            *(("--writer", writer) if writer != PYTHON_WRITER else ()),
         ]
         submit = {
             "master": self.master,
@@ -274,15 +305,34 @@ class Peers:
         meta = batch.metadata
         aligned = meta.get("partitioning") == "kafka-aligned"
         if aligned != (side == KAFKA2PC):
-            raise SystemExit(f"{topic} ({side}): partitioned {meta.get('partitioning')!r}")
+            raise SystemExit(f"{topic} ({name}): partitioned {meta.get('partitioning')!r}")
         parts = {
             "spark-submit (prepare)": (prepared_ms - started) / 1000,
             "in it: prepare_dataframe": (meta["finished_ms"] - meta["started_ms"]) / 1000,
             "kafka2pc commit": (ended - prepared_ms) / 1000,
             **timeline(events, started, prepared_ms),
         }
+        phases = [*spark_phases(events, started, prepared_ms)]
+        phases.append(Phase("kafka2pc commit", prepared_ms, ended))
+        cores = self._cores(name, meter, started, ended, phases, task_spans(events))
         expected = self._expected(data, committables=batch.committables)
-        return checked(self.cluster, side, meter, topic, expected, parts=parts)
+        return checked(
+            self.cluster, name, meter, topic, expected, parts=parts, info={"cores": cores}
+        )
+
+    def _cores(
+        self,
+        side: str,
+        meter: Any,
+        started: float,
+        ended: float,
+        phases: list[Phase],
+        tasks: list[tuple[float, float, str]] = (),  # type: ignore[assignment]
+    ) -> CoreTimeline:
+        """Where the machine's cores went in this run (:mod:`harness.cores`)."""
+        cores = os.cpu_count() or 1
+        slots = self.args.cores
+        return CoreTimeline(side, started, ended, cores, phases, meter.series, list(tasks), slots)
 
     def spark_sink(self, rnd: Round) -> Run:
         data, files = self._dataset(rnd), self._files(rnd, SPARK_SINK)
@@ -306,13 +356,18 @@ class Peers:
             raise SystemExit(f"Spark's Kafka sink failed; see {files / 'spark-submit.log'}")
         expected = self._expected(data, transactional=False)
         parts = timeline(events, started, ended)
-        return checked(self.cluster, SPARK_SINK, meter, topic, expected, parts=parts)
+        phases = spark_phases(events, started, ended)
+        cores = self._cores(SPARK_SINK, meter, started, ended, phases, task_spans(events))
+        return checked(
+            self.cluster, SPARK_SINK, meter, topic, expected, parts=parts, info={"cores": cores}
+        )
 
     def flink(self, rnd: Round) -> Run:
         data, files = self._dataset(rnd), self._files(rnd, FLINK_SINK)
         topic = self.cluster.topic(f"{rnd.label}-flink", self.args.partitions)
         python, jars = self.peers[FLINK_SINK]  # type: ignore[misc]
         with measure(self.cluster.broker_pid) as meter, (files / "flink.log").open("w") as log:
+            started = now_ms()
             done = subprocess.run(
                 [
                     str(python),
@@ -326,9 +381,21 @@ class Peers:
                 stderr=subprocess.STDOUT,
                 timeout=1800,
             )
+            ended = now_ms()
         if done.returncode != 0:
             raise SystemExit(f"the Flink job failed; see {files / 'flink.log'}")
-        return checked(self.cluster, FLINK_SINK, meter, topic, self._expected(data))
+        phases = flink_phases(files / "flink.log", started, ended)
+        parts = {p.name: p.seconds for p in phases}
+        cores = self._cores(FLINK_SINK, meter, started, ended, phases)
+        return checked(
+            self.cluster,
+            FLINK_SINK,
+            meter,
+            topic,
+            self._expected(data),
+            parts=parts,
+            info={"cores": cores},
+        )
 
     def producer_performance(self, rnd: Round) -> Run:
         data, files = self._dataset(rnd), self._files(rnd, PRODUCER_PERF)
@@ -336,6 +403,7 @@ class Peers:
         jars = self.peers[PRODUCER_PERF]
         classpath = ":".join(str(j) for j in jars)  # type: ignore[union-attr]
         with measure(self.cluster.broker_pid) as meter:
+            started = now_ms()
             done = subprocess.run(
                 [
                     java_binary(),
@@ -354,6 +422,7 @@ class Peers:
                 text=True,
                 timeout=1800,
             )
+            ended = now_ms()
         (files / "output.log").write_text(done.stdout + done.stderr)
         if done.returncode != 0:
             raise SystemExit(f"ProducerPerformance failed; see {files / 'output.log'}")
@@ -362,9 +431,62 @@ class Peers:
         expected = self._expected(
             data, content=False, digest=None, partition_counts=None, keys_unique=False
         )
+        cores = self._cores(PRODUCER_PERF, meter, started, ended, [])
         return checked(
-            self.cluster, PRODUCER_PERF, meter, topic, expected, info={"summary": summary}
+            self.cluster,
+            PRODUCER_PERF,
+            meter,
+            topic,
+            expected,
+            info={"summary": summary, "cores": cores},
         )
+
+
+def flink_phases(log: Path, started_ms: float, ended_ms: float) -> list[Phase]:
+    """The Flink run cut at the instants ``peer_apps/flink_sql.py`` prints last (PyFlink
+    imported, the INSERT submitted, the job finished); one phase when it printed none."""
+    marks: dict[str, float] = {}
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith('{"bench_phases"'):
+            marks = json.loads(line)["bench_phases"]
+            break
+    if not marks:
+        return [Phase("whole run", started_ms, ended_ms)]
+    return [
+        Phase("launch to PyFlink imported", started_ms, marks["imported"]),
+        Phase("table environment, DDL", marks["imported"], marks["submitted"]),
+        Phase("INSERT job", marks["submitted"], marks["finished"]),
+        Phase("job end to exit", marks["finished"], ended_ms),
+    ]
+
+
+# -- where the cores went ---------------------------------------------------------------------
+
+
+def print_cores(results: Results, directory: Path) -> None:
+    """Per system, each phase's wall, CPU and idle core-seconds (of its run of median wall);
+    then every round's per-core timelines, written as text and SVG, the last round's shown."""
+    print(f"\nwhere the cores went (idle = wall x {os.cpu_count()} cores - CPU of the system and")
+    print("the broker; each system's run of median wall; Spark's tasks from its event log):")
+    print_costs([tl for side in results.sides if (tl := median_cores(results.runs[side]))])
+    directory.mkdir(parents=True, exist_ok=True)
+    rounds = max(len(runs) for runs in results.runs.values())
+    for number in range(rounds):
+        runs = [results.runs[s][number] for s in results.sides if len(results.runs[s]) > number]
+        timelines = [r.info["cores"] for r in runs if "cores" in r.info]
+        text = [line for tl in timelines for line in tl.text()]
+        (directory / f"r{number + 1}.txt").write_text("\n".join(text) + "\n")
+        write_svg(timelines, directory / f"r{number + 1}.svg", f"round {number + 1}")
+        if number == rounds - 1:
+            print(f"\nper-core timelines of round {number + 1} (every round in {directory}):")
+            for line in text:
+                print(f"  {line}")
+
+
+def median_cores(runs: list[Run]) -> CoreTimeline | None:
+    """The timeline of the run whose wall time is the median of the system's runs."""
+    ordered = sorted((r for r in runs if "cores" in r.info), key=lambda r: r.seconds)
+    return ordered[(len(ordered) - 1) // 2].info["cores"] if ordered else None
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -391,10 +513,26 @@ def main(argv: list[str] | None = None) -> int:
         help="afterwards, one extra kafka2pc run under py-spy (not timed): where its Python "
         "processes spend their CPU",
     )
+    parser.add_argument(
+        "--kafka2pc-writers",
+        dest="writers",
+        type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
+        default=[PYTHON_WRITER],
+        help="comma-separated writers of the prepare (python, jvm): one kafka2pc system per "
+        "writer and variant; a writer other than python is passed as --writer",
+    )
+    parser.add_argument(
+        "--timelines",
+        type=Path,
+        help="directory for the per-core timelines of every round (text and SVG; default: "
+        "the run's work directory)",
+    )
     add_subset_argument(parser, "--systems", systems)
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     args.systems = parse_subset(parser, args.systems, systems, "--systems")
+    if not args.writers or len(set(args.writers)) != len(args.writers):
+        parser.error("--kafka2pc-writers: name each writer once")
 
     print(f"fetching the peers (cached in {peers_root()})", flush=True)
     fetch_kafka(args.kafka_version)
@@ -419,16 +557,22 @@ def main(argv: list[str] | None = None) -> int:
 
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
-    ours = [s for s in (KAFKA2PC, KAFKA2PC_HASH, KAFKA2PC_UNSHUFFLED) if s in results.sides]
+    mine = kafka2pc_systems(list(KAFKA2PC_VARIANTS), args.writers)
+    ours = [s for s in results.sides if s in mine]
     peers = [s for s in results.sides if s not in ours]
     pairs = [(a, b) for a in ours for b in peers]
     if KAFKA2PC in ours:
         pairs[:0] = [(variant, KAFKA2PC) for variant in ours if variant != KAFKA2PC]
-    legend = [f"{side}: {GUARANTEES[side]}" for side in results.sides]
+    legend = [
+        f"{side}: {GUARANTEES[mine[side][0]] if side in mine else GUARANTEES[side]}"
+        + (f"; writer {mine[side][1]}" if side in mine and mine[side][1] != PYTHON_WRITER else "")
+        for side in results.sides
+    ]
     title = f"{args.rows:,} rows, {args.partitions} partitions, {bench.master}"
     ok = print_results(results, title, pairs, legend=legend) and same
     names = ", ".join(s for s in results.sides if s != PRODUCER_PERF)
     print(f"per-partition counts equal across {names}: {'yes' if same else 'NO'} ({counts})")
+    print_cores(results, args.timelines or bench.work / "timelines")
     if profile is not None:
         print(f"\nkafka2pc's Python processes under py-spy ({args.rows:,} rows, an extra run):")
         for line in profile.lines():

@@ -8,7 +8,7 @@ Spark session (``local[2]``), ``--partitions`` Spark partitions and as many Kafk
     ``commit_all``, untimed) against the same job written non-transactionally: a copy of
     ``prepare_dataframe``'s steps through the library's own functions (``partitioned_input``,
     ``kafka_alignment``, ``mapInArrow`` over ``partition_writer``'s
-    ``_records`` and the writer's ``_produce_all`` loop) where only the producer differs:
+    ``_chunks`` and the writer's ``_produce_all`` loop) where only the producer differs:
     idempotent, or plain (not idempotent, acks=all), or none at all (the no-Kafka floor: the
     job's writer only reads the Arrow batches). It must follow ``prepare_dataframe`` when that
     changes. A new idempotent librdkafka producer often sends nothing for 500 ms while its
@@ -192,8 +192,8 @@ def baseline_writer(
         from pyspark import TaskContext
 
         from airflow_provider_kafka2pc.spark.partition_writer import (
+            _chunks,
             _Counter,
-            _records,
             result_batch,
         )
         from airflow_provider_kafka2pc.transaction.writer import (
@@ -204,7 +204,7 @@ def baseline_writer(
 
         context = TaskContext.get()
         counter = _Counter()
-        records = _records(batches, [], counter, None)
+        chunks = _chunks(batches, [], counter, None)
         delivered = 0
         if producer_kind != "none":
             # The writer's settings less the transactional ones, its bookkeeping, its loop.
@@ -221,12 +221,12 @@ def baseline_writer(
             )
             if topic not in producer.list_topics(topic, timeout=30).topics:
                 raise RuntimeError(f"topic {topic} missing")
-            first = next(records, None)
+            first = next((c for c in chunks if len(c)), None)
             if first is not None:
                 # Only its loop is used (no transaction): the id is never registered.
                 loop = TransactionalWriter(config, f"{topic}-baseline-loop")
                 produced = loop._produce_all(
-                    producer, topic, first, records, deliveries, BrokerLinks()
+                    producer, topic, first, chunks, deliveries, BrokerLinks()
                 )
                 if producer.flush(FLUSH_TIMEOUT_S):
                     raise RuntimeError("records undelivered")
@@ -234,7 +234,7 @@ def baseline_writer(
                     raise RuntimeError(f"{produced} produced, {deliveries.count} delivered")
                 delivered = deliveries.count
         else:
-            delivered = sum(1 for _ in records)
+            delivered = sum(len(c) for c in chunks)
         yield result_batch(
             context.partitionId(),
             context.attemptNumber(),

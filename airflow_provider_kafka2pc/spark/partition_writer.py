@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..errors import WriteError
-from ..transaction.writer import Record, TransactionalWriter
+from ..transaction.writer import RecordChunk, TransactionalWriter
 
 if TYPE_CHECKING:
     from .progress import PartitionProgress
@@ -40,11 +40,13 @@ def partition_writer(
     header_names: Sequence[str],
     on_batch: ArrowBatchCallback | None = None,
     progress: PartitionProgress | None = None,
+    batch_produce: bool = False,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Build the ``mapInArrow`` function; everything it closes over is picklable.
 
     ``on_batch`` runs after each Arrow batch is queued (a fault injected there comes before
-    the progress line); ``progress`` gets every batch and, once delivered, the last count.
+    the progress line); ``progress`` gets every batch and, once delivered, the last count;
+    ``batch_produce``: see :class:`~..transaction.writer.TransactionalWriter`.
     """
     ids = list(transactional_ids)
     config = dict(producer_config)
@@ -68,9 +70,12 @@ def partition_writer(
         # A retried task re-initialises the same id: that fences (aborts) the failed
         # attempt's transaction before this attempt writes anything.
         writer = TransactionalWriter(
-            config, ids[partition], transaction_timeout_ms=transaction_timeout_ms
+            config,
+            ids[partition],
+            transaction_timeout_ms=transaction_timeout_ms,
+            batch_produce=batch_produce,
         )
-        committable = writer.write(topic, _records(batches, headers, counter, hook))
+        committable = writer.write_chunks(topic, _chunks(batches, headers, counter, hook))
         if committable.record_count != counter.rows:
             raise WriteError(
                 f"partition {partition}: {counter.rows} rows in, {committable.record_count} "
@@ -105,24 +110,6 @@ def result_batch(partition: int, attempt: int, input_rows: int, committable: str
     )
 
 
-def _timestamped(
-    batch: pa.RecordBatch,
-    keys: list[bytes | None],
-    values: list[bytes | None],
-    header_names: Sequence[str],
-) -> Iterator[Record]:
-    """Records with their timestamp: (key, value, headers or None, epoch ms or None)."""
-    stamps = batch.column(TIMESTAMP).to_pylist()
-    columns = [batch.column(HEADER_PREFIX + name).to_pylist() for name in header_names]
-    for i, (key, value, stamp) in enumerate(zip(keys, values, stamps, strict=True)):
-        headers = [
-            (name, col[i])
-            for name, col in zip(header_names, columns, strict=True)
-            if col[i] is not None
-        ]
-        yield (key, value, headers or None, stamp)
-
-
 class _Counter:
     __slots__ = ("rows",)
 
@@ -130,31 +117,35 @@ class _Counter:
         self.rows = 0
 
 
-def _records(
+def _chunks(
     batches: Iterator[pa.RecordBatch],
     header_names: Sequence[str],
     counter: _Counter,
     hook: Callable[[int], None] | None,
-) -> Iterator[Record]:
+) -> Iterator[RecordChunk]:
+    """Each Arrow batch as one chunk of columns: one ``to_pylist`` per column, no
+    per-record tuple; headers are built per record only for a batch that has some."""
     for batch in batches:
         keys = batch.column(KEY).to_pylist()
         values = batch.column(VALUE).to_pylist()
-        if TIMESTAMP in batch.schema.names:
-            yield from _timestamped(batch, keys, values, header_names)
-        elif not header_names:
-            yield from zip(keys, values, strict=True)
-        else:
-            columns = [batch.column(HEADER_PREFIX + name).to_pylist() for name in header_names]
-            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
-                yield (
-                    key,
-                    value,
-                    [
-                        (name, col[i])
-                        for name, col in zip(header_names, columns, strict=True)
-                        if col[i] is not None
-                    ],
-                )
+        stamps = batch.column(TIMESTAMP).to_pylist() if TIMESTAMP in batch.schema.names else None
+        yield RecordChunk(keys, values, _headers(batch, header_names), stamps)
         counter.rows += batch.num_rows
         if hook is not None:
             hook(counter.rows)
+
+
+def _headers(batch: pa.RecordBatch, header_names: Sequence[str]) -> list[Any] | None:
+    """Per record, its non-null headers as (name, value) pairs; None when the batch has none."""
+    present = [
+        (name, batch.column(HEADER_PREFIX + name))
+        for name in header_names
+        if batch.column(HEADER_PREFIX + name).null_count < batch.num_rows
+    ]
+    if not present:
+        return None
+    columns = [(name, column.to_pylist()) for name, column in present]
+    return [
+        [(name, values[i]) for name, values in columns if values[i] is not None]
+        for i in range(batch.num_rows)
+    ]

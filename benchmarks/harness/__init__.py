@@ -14,11 +14,14 @@ measures:
 - ``print_*``: the tables, printed the same way by every benchmark;
 - :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
 - :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log;
+- :class:`CoreTimeline`: where each core's time went in a run (idle core-seconds per phase,
+  a per-core timeline as text and SVG);
 - :func:`profiled`: py-spy over every Python process of an extra, untimed run;
 - :func:`add_subset_argument` / :func:`parse_subset`: ``--systems``-style options.
 """
 
 from .cluster import Cluster, add_cluster_arguments
+from .cores import CoreTimeline, print_costs, write_svg
 from .data import Dataset, Digest, Record, key_of, value_of
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
 from .measure import Meter, measure
@@ -38,17 +41,28 @@ from .report import (
     same_partition_counts,
 )
 from .rounds import Results, Round, Run, Side, checked, interleave
-from .spark import PYTHON_ENV, event_log_conf, now_ms, spark_submit, timeline
+from .spark import (
+    PYTHON_ENV,
+    Phase,
+    event_log_conf,
+    now_ms,
+    spark_phases,
+    spark_submit,
+    task_spans,
+    timeline,
+)
 from .verify import Expected, Verification, verify_topic
 
 __all__ = [
     "PYTHON_ENV",
     "Cluster",
+    "CoreTimeline",
     "Dataset",
     "Digest",
     "Expected",
     "Meter",
     "PeerUnavailable",
+    "Phase",
     "Profile",
     "Record",
     "Results",
@@ -70,6 +84,7 @@ __all__ = [
     "now_ms",
     "parse_subset",
     "peers_root",
+    "print_costs",
     "print_parts",
     "print_ratios",
     "print_results",
@@ -80,8 +95,11 @@ __all__ = [
     "python_venv",
     "ratios",
     "same_partition_counts",
+    "spark_phases",
     "spark_submit",
+    "task_spans",
     "timeline",
     "value_of",
     "verify_topic",
+    "write_svg",
 ]

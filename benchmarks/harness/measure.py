@@ -68,14 +68,28 @@ def _processes() -> dict[int, _Proc]:
     return found
 
 
+#: Spark's Python workers: forked by its daemon, they keep the daemon's command line.
+_PYSPARK_WORKER = (b"pyspark.daemon", b"pyspark.worker")
+
+
 def _group(proc: _Proc, root: int) -> str:
     if proc.pid == root:
         return "benchmark"
     if proc.name == "java":
         return "JVM"
-    if proc.name.startswith("python") or proc.name.startswith("pyspark"):
+    if proc.name.startswith("pyspark") or _cmdline_has(proc.pid, _PYSPARK_WORKER):
+        return "Python worker"
+    if proc.name.startswith("python"):
         return "Python"
     return "other"
+
+
+def _cmdline_has(pid: int, words: tuple[bytes, ...]) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return any(w in cmdline for w in words)
 
 
 def process_cpu(pid: int) -> float | None:
@@ -168,17 +182,26 @@ class Meter:
     #: The largest resident memory one process of each group reached (MiB, the same
     #: samples): whether the driver's and the workers' memory stays flat as rows grow.
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
+    #: The same samples as a time series: (epoch ms, CPU s of the measured processes so
+    #: far, CPU s of the broker so far), so that a phase's CPU, and the cores left idle
+    #: in it, can be read for any span of the run (:mod:`.cores`).
+    series: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 class _Sampler(threading.Thread):
     """Each descendant's own CPU, first and last seen, by group."""
 
-    def __init__(self, exclude: list[int], interval_s: float = 0.2) -> None:
+    def __init__(
+        self, exclude: list[int], interval_s: float = 0.2, broker_pid: int | None = None
+    ) -> None:
         super().__init__(daemon=True)
-        self.exclude, self.interval_s = exclude, interval_s
+        self.exclude, self.interval_s, self.broker_pid = exclude, interval_s, broker_pid
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
         self.peak_rss: dict[int, float] = {}
+        self.groups_of: dict[tuple[int, str], str] = {}
+        self.series: list[tuple[float, float, float]] = []
+        self.broker_first = (process_cpu(broker_pid) or 0.0) if broker_pid else 0.0
         self.stop = threading.Event()
         self.sample(initial=True)
 
@@ -187,8 +210,15 @@ class _Sampler(threading.Thread):
         root = os.getpid()
         for proc in _tree(self.exclude):
             self.first.setdefault(proc.pid, proc.own if initial else 0.0)
-            self.last[proc.pid] = (_group(proc, root), proc.own)
+            known = (proc.pid, proc.name)  # a process that execs another program is regrouped
+            if known not in self.groups_of:  # its command line is read once
+                self.groups_of[known] = _group(proc, root)
+            self.last[proc.pid] = (self.groups_of[known], proc.own)
             self.peak_rss[proc.pid] = max(self.peak_rss.get(proc.pid, 0.0), proc.rss_mib)
+        # An exited process keeps its last sample: the series never goes back.
+        used = sum(cpu - self.first[pid] for pid, (_, cpu) in self.last.items())
+        broker = (process_cpu(self.broker_pid) or 0.0) - self.broker_first if self.broker_pid else 0
+        self.series.append((time.time() * 1000, used, broker))
 
     def run(self) -> None:
         while not self.stop.wait(self.interval_s):
@@ -221,7 +251,7 @@ def measure(broker_pid: int | None = None, *, by_group: bool = True) -> Iterator
     broker_before = process_cpu(broker_pid) if broker_pid else None
     threads_before = broker_threads(broker_pid) if broker_pid else {}
     before = sum(p.cpu for p in _tree(exclude))
-    sampler = _Sampler(exclude) if by_group else None
+    sampler = _Sampler(exclude, broker_pid=broker_pid) if by_group else None
     if sampler is not None:
         sampler.start()
     start = time.perf_counter()
@@ -231,6 +261,7 @@ def measure(broker_pid: int | None = None, *, by_group: bool = True) -> Iterator
         meter.seconds = time.perf_counter() - start
         meter.cpu_groups = sampler.groups() if sampler is not None else {}
         meter.peak_rss_mib = sampler.peaks() if sampler is not None else {}
+        meter.series = sampler.series if sampler is not None else []
         # Exact: a descendant that exited and was reaped meanwhile moved into its parent's
         # count of waited-for children.
         meter.cpu = sum(p.cpu for p in _tree(exclude)) - before

@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_kafka2pc import defaults
@@ -73,41 +74,80 @@ def _job_name(stage_name: str) -> str:
     return f"{action} at {where.rsplit('/', 1)[-1]}" if where else action
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One named span of a run (epoch ms); several spans may share a name (jobs, gaps)."""
+
+    name: str
+    start_ms: float
+    end_ms: float
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ms - self.start_ms) / 1000
+
+
+def _events(event_dir: Path) -> Iterator[dict]:
+    logs = sorted((p for p in event_dir.glob("*") if p.is_file()), key=lambda p: p.stat().st_mtime)
+    if logs:
+        with logs[-1].open() as f:
+            for line in f:
+                yield json.loads(line)
+
+
+def spark_phases(event_dir: Path, started_ms: float, ended_ms: float) -> list[Phase]:
+    """The run from launch to exit cut at the application's start, each job's start and end
+    (named by the call site of its last stage: adaptive execution splits one action into
+    several jobs), and the application's end; empty when the log has no finished job."""
+    app: dict[str, float] = {}
+    jobs: dict[int, list] = {}
+    for event in _events(event_dir):
+        kind = event["Event"]
+        if kind in ("SparkListenerApplicationStart", "SparkListenerApplicationEnd"):
+            app[kind] = event["Timestamp"]
+        elif kind == "SparkListenerJobStart":
+            last = max(event["Stage Infos"], key=lambda s: s["Stage ID"])
+            jobs[event["Job ID"]] = [_job_name(last["Stage Name"]), event["Submission Time"]]
+        elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
+            jobs[event["Job ID"]].append(event["Completion Time"])
+    done = [j for _, j in sorted(jobs.items()) if len(j) == 3]
+    if "SparkListenerApplicationStart" not in app or not done:
+        return []
+    start = app["SparkListenerApplicationStart"]
+    stop = app.get("SparkListenerApplicationEnd", done[-1][2])
+    phases = [
+        Phase("launch to Spark app start", started_ms, start),
+        Phase("app start to first job", start, done[0][1]),
+    ]
+    for i, (name, begin, end) in enumerate(done):
+        if i:
+            phases.append(Phase("between jobs", done[i - 1][2], begin))
+        phases.append(Phase(f"jobs {name}", begin, end))
+    phases.append(Phase("last job to app end", done[-1][2], stop))
+    phases.append(Phase("app end to exit", stop, ended_ms))
+    return phases
+
+
+def task_spans(event_dir: Path) -> list[tuple[float, float, str]]:
+    """Every finished task of the application: (launch ms, finish ms, ``stage N``)."""
+    spans = []
+    for event in _events(event_dir):
+        if event["Event"] == "SparkListenerTaskEnd":
+            info = event["Task Info"]
+            spans.append((info["Launch Time"], info["Finish Time"], f"stage {event['Stage ID']}"))
+    return sorted(spans)
+
+
 def timeline(event_dir: Path, started_ms: float, ended_ms: float) -> dict[str, float]:
     """Seconds from launch to the application's start, to its first job, in its jobs (summed
     by the call site of their last stage: adaptive execution splits one action into several
     jobs), between jobs, and from its last job to the process's exit."""
-    logs = sorted((p for p in event_dir.glob("*") if p.is_file()), key=lambda p: p.stat().st_mtime)
-    if not logs:
-        return {}
-    app: dict[str, float] = {}
-    jobs: dict[int, list] = {}
-    with logs[-1].open() as f:
-        for line in f:
-            event = json.loads(line)
-            kind = event["Event"]
-            if kind in ("SparkListenerApplicationStart", "SparkListenerApplicationEnd"):
-                app[kind] = event["Timestamp"]
-            elif kind == "SparkListenerJobStart":
-                last = max(event["Stage Infos"], key=lambda s: s["Stage ID"])
-                jobs[event["Job ID"]] = [_job_name(last["Stage Name"]), event["Submission Time"]]
-            elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
-                jobs[event["Job ID"]].append(event["Completion Time"])
-    done = [j for _, j in sorted(jobs.items()) if len(j) == 3]
-    if "SparkListenerApplicationStart" not in app or not done:
-        return {}
-    start = app["SparkListenerApplicationStart"]
-    stop = app.get("SparkListenerApplicationEnd", done[-1][2])
-    parts = {
-        "launch to Spark app start": (start - started_ms) / 1000,
-        "app start to first job": (done[0][1] - start) / 1000,
-    }
-    between = 0.0
-    for i, (name, begin, end) in enumerate(done):
-        parts[f"jobs {name}"] = parts.get(f"jobs {name}", 0.0) + (end - begin) / 1000
-        if i:
-            between += (begin - done[i - 1][2]) / 1000
-    parts["between jobs"] = between
-    parts["last job to app end"] = (stop - done[-1][2]) / 1000
-    parts["app end to exit"] = (ended_ms - stop) / 1000
+    parts: dict[str, float] = {}
+    for phase in spark_phases(event_dir, started_ms, ended_ms):
+        parts[phase.name] = parts.get(phase.name, 0.0) + phase.seconds
+    if parts:
+        parts.setdefault("between jobs", 0.0)
+        # keep the order launch, first job, jobs..., between jobs, last job, exit
+        tail = ("between jobs", "last job to app end", "app end to exit")
+        parts = {k: v for k, v in parts.items() if k not in tail} | {k: parts[k] for k in tail}
     return parts

@@ -6,14 +6,21 @@
 BATCH mode: a filesystem table over the benchmark's parquet files is INSERTed into a kafka
 table with ``'sink.delivery-guarantee'='exactly-once'``; the sink commits its transactions
 when the input ends. Runs in Flink's own virtualenv (it pins its own pyarrow and pandas),
-so it imports nothing from the benchmarks or the package.
+so it imports nothing from the benchmarks or the package. Its last line of output is a
+JSON object of epoch-ms instants (``bench_phases``: PyFlink imported, the INSERT submitted,
+the job finished), from which the benchmark cuts the run into phases.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
 
 from pyflink.table import EnvironmentSettings, TableEnvironment
+
+#: When PyFlink was imported (epoch ms): the end of the process's start-up.
+IMPORTED_MS = time.time() * 1000
 
 #: Below the broker's transaction.max.timeout.ms (15 min); the sink's default (1 h) is not.
 TRANSACTION_TIMEOUT_MS = 600_000
@@ -49,7 +56,11 @@ def main() -> None:
             'sink.delivery-guarantee' = 'exactly-once',
             'sink.transactional-id-prefix' = '{args.transactional_id_prefix}')"""
     )
+    submitted_ms = time.time() * 1000
     env.execute_sql("INSERT INTO kafka_rows SELECT `key`, `value` FROM source_rows").wait()
+    finished_ms = time.time() * 1000
+    phases = {"imported": IMPORTED_MS, "submitted": submitted_ms, "finished": finished_ms}
+    print(json.dumps({"bench_phases": phases}), flush=True)
 
 
 if __name__ == "__main__":
