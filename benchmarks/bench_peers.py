@@ -40,6 +40,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -250,7 +251,10 @@ class Peers:
         return dataclasses.replace(expected, **overrides)
 
     def _files(self, rnd: Round, side: str) -> Path:
-        path = self.work / f"{rnd.label}-{side.replace(' ', '-').lower()}"
+        # Only letters, digits and dashes: Spark reads the event-log directory as a Hadoop
+        # path, where brackets (as in "kafka2pc [jvm-writer]") are glob characters.
+        slug = re.sub(r"[^a-z0-9]+", "-", side.lower()).strip("-")
+        path = self.work / f"{rnd.label}-{slug}"
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         return path
