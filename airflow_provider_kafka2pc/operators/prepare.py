@@ -49,6 +49,7 @@ from ..spark.job import (
     source_arguments,
     spark_submit_binary,
     summary,
+    with_project_jar,
 )
 from ..transaction import naming
 from ..transaction.committable import Committable
@@ -493,7 +494,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                 "--job-label",
                 batch.key.job_label(batch.attempt, job_suffix),
             ]
-            self.conf = defaults.spark_conf(self.conf)
+            self.conf = with_project_jar(defaults.spark_conf(self.conf))
             binary = compat.spark_binary(self)
             if binary is None and "spark-binary" not in spark_extra(self.spark_conn_id):
                 binary = spark_submit_binary()

@@ -27,6 +27,7 @@ from ..ledger import Batch, Participant
 from ..ledger.store import earliest_deadline_ms
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
+from . import PROJECT_JAR
 
 #: Keys of ``source``: exactly one of the first three, plus the optional ones.
 SOURCE_KINDS = ("sql", "table", "path")
@@ -192,3 +193,17 @@ def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]
         else datetime.fromtimestamp(earliest / 1000, UTC).isoformat(),
         "seconds_left": None if earliest is None else round(earliest / 1000 - time.time()),
     }
+
+
+def with_project_jar(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with the project's jar added to ``spark.jars`` (after any jars it names).
+
+    On the driver's classpath from the start, the key hash UDF registers at the first try:
+    without it, the prepare spent a failed lookup (a Java exception) and an ``ADD JAR``
+    command between the session's start and its first job (docs/performance-startup.md).
+    ``--jars`` given to spark-submit wins over ``spark.jars``; ``ADD JAR`` still covers it.
+    """
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    if PROJECT_JAR not in jars:
+        jars.append(PROJECT_JAR)
+    return {**conf, "spark.jars": ",".join(jars)}
