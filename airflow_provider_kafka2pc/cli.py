@@ -17,19 +17,21 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import defaults
-from .broker.distribution import DEFAULT_KAFKA_VERSION
+from .broker.version import DEFAULT_KAFKA_VERSION
 from .errors import CommittableError, ConfigurationError, Kafka2pcError
-from .transaction.acls import apply_acls, authorization_error, export_acls
-from .transaction.audit import audit_topic
+from .transaction.acls import authorization_error
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
 from .transaction.manifest import Manifest
-from .transaction.native_writer import NativeWriter
 from .transaction.protocol import ControlType, KafkaProtocol
 from .transaction.settings import is_secret
 from .transaction.tls import check_tls
 from .transaction.two_phase import REQUESTS, TwoPhaseMode, detect_two_phase
-from .transaction.writer import TransactionalWriter
+
+# Imported by the commands that use them, not here: every command pays this module's
+# imports at process start, and ``kafka2pc commit`` (one process per export) needs neither
+# confluent-kafka (the classic writer, the ACL admin client) nor the broker launcher
+# (docs/performance-startup.md).
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -202,6 +204,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace, rows: Iterator[tuple[bytes | None, bytes]]) -> Committable:
+    from .transaction.native_writer import NativeWriter
+    from .transaction.writer import TransactionalWriter
+
     mode = TwoPhaseMode.CLASSIC
     if args.two_phase != "classic":  # classic asks the broker nothing extra
         with _protocol(args) as protocol:
@@ -288,6 +293,8 @@ def _cmd_fence(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
+    from .transaction.audit import audit_topic
+
     committables = [c for path in args.committables for c in _load_committables(path)]
     with _refusals(args, "audit", topics=[args.topic]), _protocol(args) as protocol:
         report = audit_topic(protocol, args.topic, committables, duplicates=args.duplicates)
@@ -313,6 +320,8 @@ def _cmd_txn_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_acls(args: argparse.Namespace) -> int:
+    from .transaction.acls import apply_acls, export_acls
+
     entries = export_acls(args.principal, args.id_prefix, args.topic)
     applied = False
     if args.apply:

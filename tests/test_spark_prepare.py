@@ -14,6 +14,7 @@ import json
 import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -40,11 +41,12 @@ from airflow_provider_kafka2pc.spark.jvm_writer import (
     producer_settings,
 )
 from airflow_provider_kafka2pc.spark.prepare import Repair
+from airflow_provider_kafka2pc.spark.prepare import _check_topic as check_topic
 from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
-from airflow_provider_kafka2pc.transaction.manifest import Manifest
+from airflow_provider_kafka2pc.transaction.manifest import ALIGNED, Manifest
 from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
 
 from .conftest import assert_exactly_once, audit, cli, unique_id
@@ -429,7 +431,15 @@ def assert_nothing_written(protocol, bootstrap, topic: str) -> None:
 
 
 @WRITERS
-def test_missing_topic_is_refused_before_any_transaction(spark, settings, writer):
+@pytest.mark.parametrize("align", [True, False], ids=["aligned", "by-hash"])
+@pytest.mark.parametrize("ahead", [False, True], ids=["checked-here", "checked-ahead"])
+def test_missing_topic_is_refused_before_any_transaction(spark, settings, ahead, align, writer):
+    """Also when the application started the check while its session started: the
+    refusal surfaces at the same point."""
+    checking = None
+    if ahead:
+        with ThreadPoolExecutor(1) as pool:
+            checking = pool.submit(check_topic, settings, "no-such-topic")
     with pytest.raises(ConfigurationError, match="create it first"):
         prepare_dataframe(
             source(spark, 10),
@@ -438,6 +448,8 @@ def test_missing_topic_is_refused_before_any_transaction(spark, settings, writer
             producer_config=settings,
             key_column="id",
             writer=writer,
+            align_with_kafka=align,
+            topic_partitions=checking,
         )
 
 
@@ -511,10 +523,15 @@ def test_spark_submit_local_then_commit_from_another_process(
     code, manifest, stdout = submit_prepare(
         "local[2]", bootstrap, topic, tmp_path, ids(4), "--writer", writer
     )
-    assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
+    log = (tmp_path / "spark-submit.log").read_text()
+    assert code == 0, log[-3000:]
     assert last_json(stdout)["source_rows"] == ROWS
     batch = Manifest.from_json(manifest.read_text())
     assert batch.metadata["writer"] == writer
+    # The jar came with the session (spark.jars): the key hash registered at the first try,
+    # with no ADD JAR between the session's start and the first job.
+    assert batch.metadata["partitioning"] == ALIGNED
+    assert "is not on the classpath" not in log
     # The application and its Python workers are gone; the transactions are not.
     assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
 

@@ -5,13 +5,26 @@ inside PySpark, run with the Java that Spark needs anyway) into a cache director
 per version; :class:`KafkaBroker` runs one KRaft node (broker and controller in one JVM)
 from those jars, :class:`KafkaCluster` three or more replicated ones. Used by
 ``kafka2pc broker``, the demo, the tests and the benchmarks.
+
+The names load on first use: the CLI imports :data:`DEFAULT_KAFKA_VERSION` for its help,
+and every ``kafka2pc`` command would otherwise pay for both Kafka clients that
+:mod:`.cluster` imports (docs/performance-startup.md).
 """
 
 from __future__ import annotations
 
-from .cluster import KafkaCluster
-from .distribution import DEFAULT_KAFKA_VERSION, BrokerFetchError, cache_root, fetch_kafka
-from .node import KafkaBroker
+import importlib
+from typing import Any
+
+#: Each public name and the module that defines it.
+_HOMES = {
+    "DEFAULT_KAFKA_VERSION": ".version",
+    "BrokerFetchError": ".distribution",
+    "cache_root": ".distribution",
+    "fetch_kafka": ".distribution",
+    "KafkaBroker": ".node",
+    "KafkaCluster": ".cluster",
+}
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -21,3 +34,9 @@ __all__ = [
     "cache_root",
     "fetch_kafka",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name], __name__), name)

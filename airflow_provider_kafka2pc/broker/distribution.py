@@ -22,9 +22,7 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from ..errors import BrokerFetchError, ConfigurationError
-
-#: The newest 4.x that passes the whole suite; docker-compose.yml pins the same.
-DEFAULT_KAFKA_VERSION = "4.4.0"
+from .version import DEFAULT_KAFKA_VERSION
 
 #: Where jars are cached: $KAFKA2PC_CACHE_DIR, else $XDG_CACHE_HOME/kafka2pc, else ~/.cache.
 CACHE_ENV = "KAFKA2PC_CACHE_DIR"

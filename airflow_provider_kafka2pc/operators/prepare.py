@@ -49,6 +49,7 @@ from ..spark.job import (
     source_arguments,
     spark_submit_binary,
     summary,
+    with_project_jar,
 )
 from ..spark.writers import PYTHON_WRITER, check_writer
 from ..transaction import naming
@@ -505,7 +506,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                 "--job-label",
                 batch.key.job_label(batch.attempt, job_suffix),
             ]
-            self.conf = defaults.spark_conf(self.conf)
+            self.conf = with_project_jar(defaults.spark_conf(self.conf), self.writer)
             binary = compat.spark_binary(self)
             if binary is None and "spark-binary" not in spark_extra(self.spark_conn_id):
                 binary = spark_submit_binary()

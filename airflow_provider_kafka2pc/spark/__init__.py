@@ -11,12 +11,21 @@ from pathlib import Path
 from typing import Any
 
 APPLICATION = str(Path(__file__).with_name("app.py"))
+#: The project's jar (the key hash UDF of alignment), built by ``jvm/build.sh``.
+PROJECT_JAR = str(Path(__file__).with_name("jars") / "kafka2pc-spark.jar")
 #: Spark's Avro package (``to_avro``) on Maven Central, for registry Avro values/keys.
 #: 4.3.0 is not served there (Nov 2026); 4.2.0 runs under pyspark 4.3.0
 #: (tests/test_wire_formats.py proves it here).
 AVRO_PACKAGE = "org.apache.spark:spark-avro_2.13:4.2.0"
 
-__all__ = ["APPLICATION", "AVRO_PACKAGE", "PrepareError", "Repair", "prepare_dataframe"]
+__all__ = [
+    "APPLICATION",
+    "AVRO_PACKAGE",
+    "PROJECT_JAR",
+    "PrepareError",
+    "Repair",
+    "prepare_dataframe",
+]
 
 
 def __getattr__(name: str) -> Any:

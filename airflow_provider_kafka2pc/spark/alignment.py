@@ -22,6 +22,7 @@ hashes to ``o``, so owner and Spark partition coincide.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +33,15 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..transaction.writer import DEFAULT_PARTITIONER
+from . import PROJECT_JAR
+
+log = logging.getLogger(__name__)
 
 _MASK32 = 0xFFFFFFFF
 #: The seed of Spark's ``hash`` and of its hash partitioning (``Murmur3Hash(_, 42)``).
 SPARK_HASH_SEED = 42
 #: The JVM side of alignment (built by ``jvm/build.sh`` from ``jvm/src``).
-JAR = Path(__file__).with_name("jars") / "kafka2pc-spark.jar"
+JAR = Path(PROJECT_JAR)
 #: The Java UDF: a binary key's ``toPositive(murmur2(key))``, null for a null key.
 KEY_HASH_CLASS = "kafka2pc.spark.KafkaKeyHash"
 #: The name it is registered under in the session.
@@ -54,7 +58,7 @@ def register_key_hash(spark: SparkSession) -> str | None:
         spark.udf.registerJavaFunction(KEY_HASH_FUNCTION, KEY_HASH_CLASS, T.IntegerType())
         return None
     except Exception:  # AnalysisException: the class is not on the classpath yet
-        pass
+        log.info("%s is not on the classpath: ADD JAR %s", KEY_HASH_CLASS, JAR)
     try:
         quoted = str(JAR).replace("'", "\\'")
         spark.sql(f"ADD JAR '{quoted}'")

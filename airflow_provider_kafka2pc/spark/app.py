@@ -26,7 +26,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +246,11 @@ def write_manifest(spark: SparkSession, uri: str, batch: Manifest) -> None:
         raise Kafka2pcError(f"could not move the manifest into place at {uri}")
 
 
+def _topic_partitions(loading: Future[Any], config: Future[dict[str, Any]], topic: str) -> int:
+    """The prepare's topic check, run ahead (``prepare._check_topic``)."""
+    return loading.result()._check_topic(config.result(), topic)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING,
@@ -256,12 +261,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(name).setLevel(logging.INFO)
     args = parse_args(argv)
     repair = args.only_partitions is not None
-    with ThreadPoolExecutor(1, thread_name_prefix="kafka2pc-import") as pool:
-        loading = pool.submit(importlib.import_module, PREPARE_MODULE)
-        spark = SparkSession.builder.appName(
-            f"kafka2pc-{'repair' if repair else 'prepare'}-{args.topic}"
-        ).getOrCreate()
-        prepare = loading.result()
+    # While the SparkSession starts: the import, then the topic check (kafka-python's
+    # connection and a Metadata round trip), which would otherwise run between the session's
+    # start and the first job. Their errors surface where they did before (config.result(),
+    # prepare_dataframe's topic check).
+    pool = ThreadPoolExecutor(2, thread_name_prefix="kafka2pc-start")
+    loading = pool.submit(importlib.import_module, PREPARE_MODULE)
+    config = pool.submit(kafka_config, args)
+    checking = pool.submit(_topic_partitions, loading, config, args.topic)
+    pool.shutdown(wait=False)
+    spark = SparkSession.builder.appName(
+        f"kafka2pc-{'repair' if repair else 'prepare'}-{args.topic}"
+    ).getOrCreate()
+    prepare = loading.result()
     try:
         try:
             source = read_source(spark, args)
@@ -276,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 transactional_ids=[
                     t.strip() for t in args.transactional_ids.split(",") if t.strip()
                 ],
-                producer_config=kafka_config(args),
+                producer_config=config.result(),
                 key_column=args.key_column,
                 value_column=args.value_column,
                 header_columns=args.header_columns,
@@ -291,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 if repair
                 else None,
+                topic_partitions=checking,
             )
         except SourceChangedError as exc:
             return refuse(spark, args, str(exc), exc.partition_rows)

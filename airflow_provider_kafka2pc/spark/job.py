@@ -27,6 +27,8 @@ from ..ledger import Batch, Participant
 from ..ledger.store import earliest_deadline_ms
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
+from . import PROJECT_JAR
+from .writers import JVM_WRITER, PYTHON_WRITER
 
 #: Keys of ``source``: exactly one of the first three, plus the optional ones.
 SOURCE_KINDS = ("sql", "table", "path")
@@ -192,3 +194,31 @@ def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]
         else datetime.fromtimestamp(earliest / 1000, UTC).isoformat(),
         "seconds_left": None if earliest is None else round(earliest / 1000 - time.time()),
     }
+
+
+def with_project_jar(conf: Mapping[str, str], writer: str = PYTHON_WRITER) -> dict[str, str]:
+    """``conf`` with the project's jar added to ``spark.jars`` (after any jars it names).
+
+    On the driver's classpath from the start, the key hash UDF registers at the first try:
+    without it, the prepare spent a failed lookup (a Java exception) and an ``ADD JAR``
+    command between the session's start and its first job (docs/performance-startup.md).
+    ``--jars`` given to spark-submit wins over ``spark.jars``; ``ADD JAR`` still covers it.
+
+    With the JVM writer, kafka-clients goes in before it: the writer's classes, loaded from
+    the session's own class path, can only see a Kafka client loaded there too (one added
+    later by ``ADD JAR`` lives in a child class loader they cannot see).
+    """
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    wanted = [PROJECT_JAR]
+    if writer == JVM_WRITER and not _names_kafka_clients(conf, jars):
+        from .jvm_writer import kafka_clients_jar  # fetched once into the cache
+
+        wanted.insert(0, str(kafka_clients_jar()))
+    jars += [jar for jar in wanted if jar not in jars]
+    return {**conf, "spark.jars": ",".join(jars)}
+
+
+def _names_kafka_clients(conf: Mapping[str, str], jars: Sequence[str]) -> bool:
+    """The user already brings a Kafka client (as a jar or a package)."""
+    packages = conf.get("spark.jars.packages", "")
+    return "kafka-clients" in packages or any("kafka-clients" in jar for jar in jars)

@@ -32,6 +32,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +131,7 @@ def prepare_dataframe(
     align_with_kafka: bool = True,
     wire: WireOptions | None = None,
     writer: str = PYTHON,
+    topic_partitions: Future[int] | None = None,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -166,6 +168,9 @@ def prepare_dataframe(
         the executors, :mod:`.jvm_writer`; no ``on_batch``, no progress lines yet). The
         manifest records it (``metadata["writer"]``). Which rows a transaction holds does not
         depend on it, so a loss repair may use either (the prepare operator uses its own).
+    :param topic_partitions: the topic check (:func:`_check_topic` of ``producer_config``
+        and ``topic``) already under way: the application starts it while its
+        SparkSession starts; its answer or error is taken here, where the check would run.
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -200,11 +205,13 @@ def prepare_dataframe(
     keys_required = require_keys if require_keys is not None else key_column is not None
     recorded = repair.partitioning if repair else None
     if recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
-        alignment, why_hash = kafka_alignment(spark, producer_config, topic, len(ids), key_column)
+        alignment, why_hash = kafka_alignment(
+            spark, producer_config, topic, len(ids), key_column, topic_partitions
+        )
         if why_hash is not None:
             log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
     else:  # by hash as asked, or a repair as its prepare did, whatever the topic is now
-        _check_topic(producer_config, topic)
+        _checked_topic(producer_config, topic, topic_partitions)
         alignment = None if recorded is None else recorded_alignment(spark, recorded, len(ids))
         why_hash = None
     wire = wire or WireOptions()
@@ -342,10 +349,12 @@ def kafka_alignment(
     topic: str,
     partitions: int,
     key_column: str | None,
+    checking: Future[int] | None = None,
 ) -> tuple[Alignment | None, str | None]:
-    """The topic checked, then ``partitions`` Spark partitions aligned with its Kafka
-    partitions where that applies (:mod:`.alignment`); else no alignment and why not."""
-    kafka_partitions = _check_topic(producer_config, topic)
+    """The topic checked (or the answer of ``checking``, its check under way), then
+    ``partitions`` Spark partitions aligned with its Kafka partitions where that applies
+    (:mod:`.alignment`); else no alignment and why not."""
+    kafka_partitions = _checked_topic(producer_config, topic, checking)
     why = why_not_aligned(kafka_partitions, partitions, key_column, producer_config)
     why = why or register_key_hash(spark)
     if why is not None:
@@ -573,6 +582,13 @@ def _encode(
 
 def _as_binary(column: Column, data_type: T.DataType) -> Column:
     return column if isinstance(data_type, T.BinaryType) else column.cast("string").cast("binary")
+
+
+def _checked_topic(
+    producer_config: Mapping[str, Any], topic: str, checking: Future[int] | None
+) -> int:
+    """The answer of ``checking`` (:func:`_check_topic` started ahead), else the check now."""
+    return checking.result() if checking is not None else _check_topic(producer_config, topic)
 
 
 def _check_topic(producer_config: Mapping[str, Any], topic: str) -> int:
