@@ -27,6 +27,7 @@ from .spark_support import PYTHON_ENV, QUIET_CONF
 FILES = 4
 ROWS_PER_FILE = 2_500
 ROWS = FILES * ROWS_PER_FILE
+OPEN_COST = "spark.sql.files.openCostInBytes"
 
 
 @pytest.fixture(scope="module")
@@ -90,27 +91,28 @@ def test_an_export_by_source_splits_is_exactly_once(
     """Four files, three ids: the splits coalesced, no shuffle; eight ids: four empty."""
     source = write_files(tmp_path / "orders")
     topic = make_topic(3)
+    spark.conf.set(OPEN_COST, "0")  # one split per file (the default packs 2 small ones)
     batch = prepare(spark, source, topic, ids(3), settings)
     splits = SourceSplits.from_dict(batch.metadata["source_splits"])
     assert batch.partitioning == SOURCE and "partitioning_reason" not in batch.metadata
     assert (splits.splits, splits.partitions) == (FILES, 3), splits
+    assert splits.settings[OPEN_COST] == "0"
     assert splits.settings["spark.sql.files.minPartitionNum"] == "3"
+    assert spark.conf.get("spark.sql.files.minPartitionNum", None) is None  # restored
     assert sum(batch.partition_rows) == ROWS and all(batch.partition_rows)
-    wide = prepare(spark, source, topic, ids(8), settings)
+    spark.conf.unset(OPEN_COST)  # 4 MB per file opened: still one split per file
+    other = make_topic(3)
+    wide = prepare(spark, source, other, ids(8), settings)
+    assert wide.metadata["source_splits"]["splits"] == FILES
     assert [c.is_empty for c in wide.committables] == [False] * FILES + [True] * (8 - FILES)
     assert list(wide.partition_rows) == [ROWS_PER_FILE] * FILES + [0] * (8 - FILES)
     assert commit(protocol, batch.committables) == {Outcome.COMMITTED}
     assert commit(protocol, wide.committables) == {Outcome.COMMITTED}  # the empty ones too
-    report, seen = assert_exactly_once(
-        protocol,
-        bootstrap,
-        topic,
-        *batch.committables,
-        *wide.committables,
-        committed=2 * ROWS,
-        keys_unique=False,
-    )
-    assert report.duplicates["committed_keys"] == ROWS and len(seen.keys) == ROWS
+    for name, prepared in ((topic, batch), (other, wide)):
+        report, seen = assert_exactly_once(
+            protocol, bootstrap, name, *prepared.committables, committed=ROWS
+        )
+        assert report.duplicates["committed_keys"] == ROWS and len(seen.keys) == ROWS
 
 
 def test_a_loss_repair_under_other_settings_rewrites_exactly_the_lost_rows(
@@ -119,16 +121,16 @@ def test_a_loss_repair_under_other_settings_rewrites_exactly_the_lost_rows(
     source = write_files(tmp_path / "orders")
     topic = make_topic(3)
     leased = ids(3)
+    spark.conf.set(OPEN_COST, "0")
     batch = prepare(spark, source, topic, leased, settings)
     controller = TransactionController(protocol)
     lost = batch.committables[1]
     assert controller.abort(lost).outcome is Outcome.ABORTED  # as the broker's timeout would
     assert commit(protocol, [batch.committables[0], batch.committables[2]]) == {Outcome.COMMITTED}
-    # Another session's settings: without the recorded ones, other splits (one per 64 KiB).
-    spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))
-    spark.conf.set("spark.sql.files.openCostInBytes", "0")
+    # Another session's settings: without the recorded ones, one split of all four files.
+    spark.conf.set(OPEN_COST, str(4 << 20))
     spark.conf.set("spark.sql.files.minPartitionNum", "1")
-    assert spark.read.parquet(str(source)).rdd.getNumPartitions() != FILES
+    assert spark.read.parquet(str(source)).rdd.getNumPartitions() == 1
     repaired = prepare(
         spark,
         source,
@@ -163,6 +165,7 @@ def test_a_changed_input_is_refused_before_any_transaction_opens(
     source = write_files(tmp_path / "orders")
     topic = make_topic(3)
     leased = ids(3)
+    spark.conf.set(OPEN_COST, "0")
     batch = prepare(spark, source, topic, leased, settings)
     controller = TransactionController(protocol)
     assert {r.outcome for r in controller.abort_all(batch.committables)} == {Outcome.ABORTED}

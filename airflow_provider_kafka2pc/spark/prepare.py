@@ -59,7 +59,7 @@ from .partition_writer import (
     partition_writer,
 )
 from .progress import PartitionProgress
-from .source_splits import SourceSplits, pin_settings, why_not_splittable
+from .source_splits import SourceSplits, pin_settings, restoring_settings, why_not_splittable
 from .source_splits import check_unchanged as check_splits_unchanged
 from .source_splits import describe as describe_splits
 from .wire import (
@@ -110,6 +110,7 @@ class Repair:
     source_splits: Mapping[str, Any] | None = None
 
 
+@restoring_settings
 def prepare_dataframe(
     df: DataFrame,
     *,

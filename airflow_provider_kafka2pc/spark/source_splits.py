@@ -16,11 +16,13 @@ this option (docs/partitioning.md).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -51,6 +53,7 @@ _ROW_WISE = frozenset(
     }
 )
 _FILE_SCAN = "FileSourceScanExec"
+_Prepare = TypeVar("_Prepare", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,32 @@ class SourceSplits:
                 f"the recorded source splits are malformed ({exc}): the repair cannot "
                 "recompute the partitions; nothing was written"
             ) from None
+
+
+@contextmanager
+def settings_restored(spark: SparkSession) -> Iterator[None]:
+    """The split settings as they were, once the block ends: a prepare pins them for its
+    own plan, and the caller's next prepare must not take that pin for the caller's own."""
+    before = {key: spark.conf.get(key, None) for key in SPLIT_SETTINGS}
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def restoring_settings(prepare: _Prepare) -> _Prepare:
+    """Decorate a ``prepare(df, ...)`` so its session's split settings outlive it unchanged."""
+
+    @functools.wraps(prepare)
+    def restoring(df: DataFrame, *args: Any, **kwargs: Any) -> Any:
+        with settings_restored(df.sparkSession):
+            return prepare(df, *args, **kwargs)
+
+    return restoring  # type: ignore[return-value]
 
 
 def why_not_splittable(df: DataFrame) -> str | None:
