@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_kafka2pc.errors import SourceChangedError
+from airflow_provider_kafka2pc.errors import ConfigurationError, SourceChangedError
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.source_splits import SPLIT_SETTINGS, SourceSplits
@@ -207,3 +207,21 @@ def test_a_source_without_pinnable_splits_is_shuffled_and_says_why(
     assert "only a file source" in batch.metadata["partitioning_reason"]
     assert commit(protocol, batch.committables) == {Outcome.COMMITTED}
     assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=500)
+
+
+def test_a_null_key_found_while_writing_is_refused_and_leaves_nothing_open(
+    spark, settings, bootstrap, protocol, make_topic, tmp_path
+):
+    """Without a shuffle the writing task finds the null key, after other partitions may
+    have opened their transactions: the prepare aborts every id of the run, then refuses."""
+    source = write_files(tmp_path / "orders", files=3)
+    pq.write_table(
+        pa.table({"id": pa.array([None], pa.int64()), "name": ["nameless"], "file": [3]}),
+        source / "part-3.parquet",
+    )
+    topic = make_topic(3)
+    spark.conf.set(OPEN_COST, "0")
+    with pytest.raises(ConfigurationError, match="key column 'id' is null in some rows"):
+        prepare(spark, source, topic, ids(4), settings)
+    report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
+    assert report.totals["open"] == 0, report.to_dict()
