@@ -9,7 +9,10 @@ Order of work, chosen so that a transaction is open only while its records are w
    ``align_with_kafka``, the owner of the key's Kafka partition: :mod:`.alignment`) so a
    recomputed partition holds the same records, and encode key/value/headers in the JVM.
    A required key that is null fails this shuffle's map stage, which Spark finishes before
-   any writing task starts: bad keys are refused before any transaction opens;
+   any writing task starts: bad keys are refused before any transaction opens.
+   With ``partitioning=SOURCE`` there is no shuffle: the source's own file splits are
+   the partitions (:mod:`.source_splits`), and a bad row found while writing aborts
+   every id of the run before the refusal;
 3. run ``mapInArrow`` over the shuffled rows: each partition writes its transaction and
    reports its committable and the rows it read;
 4. check that every partition reported exactly one committable whose count equals the rows
