@@ -190,39 +190,17 @@ def prepare_dataframe(
     job_label = job_label or uuid.uuid4().hex
     started = time.time()
     keys_required = require_keys if require_keys is not None else key_column is not None
-    recorded = repair.partitioning if repair else None
-    if partitioning not in (None, SOURCE):
-        raise ConfigurationError(f"partitioning must be {SOURCE!r} or None, got {partitioning!r}")
-    why_not_source = None
-    wants_splits = recorded == SOURCE or (recorded is None and partitioning == SOURCE)
-    pinned = None
-    if wants_splits:  # the split settings set before the input is planned
-        recorded_splits = _recorded_splits(repair)
-        pinned = pin_settings(
-            spark, len(ids), recorded_splits.settings if recorded_splits else None
-        )
-        why_not_source = why_not_splittable(df)
-        if why_not_source is not None and recorded == SOURCE:
-            raise SourceChangedError(
-                f"the prepare read the source's own splits, but now {why_not_source}; "
-                "its partitions cannot be recomputed, nothing was written",
-                (),
-            )
-        if why_not_source is not None:
-            log.warning("run %s: not by source splits: %s", job_label, why_not_source)
-    by_splits = wants_splits and why_not_source is None
-    if by_splits:
-        _check_topic(producer_config, topic)
-        alignment, why_hash = None, None
-    elif recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
-        alignment, why_hash = kafka_alignment(spark, producer_config, topic, len(ids), key_column)
-        if why_hash is not None:
-            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
-    else:  # by hash as asked, or a repair as its prepare did, whatever the topic is now
-        _check_topic(producer_config, topic)
-        alignment = None if recorded is None else recorded_alignment(spark, recorded, len(ids))
-        why_hash = None
-    why_hash = why_not_source or why_hash
+    alignment, why_hash, pinned = _partitioning(
+        df,
+        repair,
+        partitioning,
+        align_with_kafka,
+        producer_config,
+        topic,
+        len(ids),
+        key_column,
+        job_label,
+    )
     wire = wire or WireOptions()
     _encode(df, key_column, value_column, header_columns, wire=wire)  # columns, before the registry
     schemas = resolve_schemas(df, topic, wire, key_column, value_column)
@@ -236,11 +214,11 @@ def prepare_dataframe(
         alignment=alignment,
         wire=wire,
         schemas=schemas,
-        source_splits=by_splits,
+        source_splits=pinned is not None,
     )
     splits = None
-    if by_splits and pinned is not None:
-        splits = describe_splits(df, prepared, pinned, len(ids))
+    if pinned is not None:
+        splits = describe_splits(df, prepared, pinned)
         if repair is not None:  # before any count, cache or transaction
             check_splits_unchanged(splits, _recorded_splits(repair))
         log.info(
@@ -352,6 +330,54 @@ def _write(
             f"the prepare job failed ({type(exc).__name__}); some partitions may hold "
             f"open transactions: abort (fence) this run's ids {[ids[i] for i in selected]}"
         ) from exc
+
+
+def _partitioning(
+    df: DataFrame,
+    repair: Repair | None,
+    partitioning: str | None,
+    align_with_kafka: bool,
+    producer_config: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    key_column: str | None,
+    job_label: str,
+) -> tuple[Alignment | None, str | None, dict[str, str | None] | None]:
+    """How this prepare partitions, the topic checked on the way: (alignment, why not the
+    partitioning asked, the pinned split settings when by source splits, else None).
+
+    A repair follows its prepare's record; source splits it cannot recompute are refused.
+    """
+    spark = df.sparkSession
+    recorded = repair.partitioning if repair else None
+    if partitioning not in (None, SOURCE):
+        raise ConfigurationError(f"partitioning must be {SOURCE!r} or None, got {partitioning!r}")
+    why_not_source = None
+    if recorded == SOURCE or (recorded is None and partitioning == SOURCE):
+        recorded_splits = _recorded_splits(repair)  # pinned before the input is planned
+        pinned = pin_settings(
+            spark, partitions, recorded_splits.settings if recorded_splits else None
+        )
+        why_not_source = why_not_splittable(df)
+        if why_not_source is None:
+            _check_topic(producer_config, topic)
+            return None, None, pinned
+        if recorded == SOURCE:
+            raise SourceChangedError(
+                f"the prepare read the source's own splits, but now {why_not_source}; "
+                "its partitions cannot be recomputed, nothing was written",
+                (),
+            )
+        log.warning("run %s: not by source splits: %s", job_label, why_not_source)
+    if recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
+        alignment, why_hash = kafka_alignment(spark, producer_config, topic, partitions, key_column)
+        if why_hash is not None:
+            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
+        return alignment, why_not_source or why_hash, None
+    # by hash as asked, or a repair as its prepare did, whatever the topic is now
+    _check_topic(producer_config, topic)
+    alignment = None if recorded is None else recorded_alignment(spark, recorded, partitions)
+    return alignment, why_not_source, None
 
 
 def _recorded_splits(repair: Repair | None) -> SourceSplits | None:

@@ -170,7 +170,7 @@ def pin_settings(
 
 
 def describe(
-    source: DataFrame, prepared: DataFrame, settings: Mapping[str, str | None], partitions: int
+    source: DataFrame, prepared: DataFrame, settings: Mapping[str, str | None]
 ) -> SourceSplits:
     """The record of ``prepared`` (``source`` encoded and coalesced), computed by planning
     it (no job runs): its splits, the files' fingerprint and each partition's ranges."""
