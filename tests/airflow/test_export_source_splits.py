@@ -14,7 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
+from airflow_provider_kafka2pc.errors import ConfigurationError
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState
+from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
 from airflow_provider_kafka2pc.spark.source_splits import SourceSplits
 from airflow_provider_kafka2pc.transaction.manifest import SOURCE
 from tests.airflow.test_loss_repair import (
@@ -86,3 +90,19 @@ def test_an_export_by_source_splits_repairs_its_lost_participants_exactly_once(
         committed=rows,
         aborted=2 * ROWS_PER_FILE,
     )
+
+
+def test_an_unknown_partitioning_is_refused_when_the_dag_is_defined(export_dag, make_topic):
+    with pytest.raises(ConfigurationError, match="partitioning must be 'source-splits'"):
+        export_dag(topic=make_topic(1), partitioning="random")
+    operator = SparkKafkaPrepareOperator(
+        task_id="prepare",
+        export_id="e",
+        run_key="k",
+        source={"path": "/data"},
+        topic="t",
+        num_partitions=2,
+        id_prefix="p",
+        partitioning=SOURCE,
+    )
+    assert "--no-shuffle" in operator._writer_args()
