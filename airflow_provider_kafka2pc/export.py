@@ -104,6 +104,7 @@ def kafka_exactly_once_export(
     spark_conf: Mapping[str, str] | None = None,
     spark_binary: str | None = None,
     manifest_dir: str | None = None,
+    partitioning: str | None = None,
     prepare_kwargs: Mapping[str, Any] | None = None,
     grace_period: timedelta | None = None,
     deferrable: bool = False,
@@ -143,6 +144,8 @@ def kafka_exactly_once_export(
         ``spark-submit`` on PATH, else pyspark's own.
     :param manifest_dir: where the prepare job writes its manifest (a URI the driver and
         the worker both reach); default a temporary local directory.
+    :param partitioning: ``"source-splits"``: no shuffle, each of the source's own file
+        splits is one transaction (docs/partitioning.md); None: aligned with Kafka or by hash.
     :param prepare_kwargs: more :class:`SparkSubmitOperator` arguments (executor_memory, ...).
     :param grace_period: when another run's batch counts as abandoned; None:
         ``[kafka2pc] grace_period_s`` (1 h unless configured).
@@ -205,6 +208,7 @@ def kafka_exactly_once_export(
             spark_conn_id=spark_conn_id,
             transaction_timeout_ms=transaction_timeout_ms,
             manifest_dir=manifest_dir,
+            partitioning=partitioning,
             conf=dict(spark_conf or {}),
             spark_binary=spark_binary,
             **dict(prepare_kwargs or {}),

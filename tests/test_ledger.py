@@ -49,7 +49,7 @@ from .postgres_support import SKIP_POSTGRES_ENV, fresh_schema, postgres_url
 BACKENDS = ["sqlite", "postgresql"]
 TOPIC = "orders"
 #: The newest migration of the ledger's schema.
-HEAD = "0003"
+HEAD = "0004"
 #: How long racers wait for each other at a gate before the test fails (instead of hanging).
 GATE_TIMEOUT = 30
 
@@ -212,6 +212,32 @@ def test_lost_compare_and_set_is_a_conflict_or_illegal(ledger: Ledger, names: Na
 
 
 # -- the named operations ---------------------------------------------------------------------
+
+
+def test_source_splits_are_recorded_with_the_batch(ledger: Ledger, names: Names) -> None:
+    """A source-split prepare's record (settings, counts, fingerprints) comes back as given,
+    for its repair; other partitionings keep none."""
+    run = names.run()
+    batch = begin(ledger, names, run, partitions=2)
+    assert batch.source_splits is None
+    cs = [committable(t, records=1) for t in batch.transactional_ids]
+    record = {
+        "settings": {"spark.sql.files.minPartitionNum": "2"},
+        "splits": 3,
+        "partitions": 2,
+        "fingerprint": "f" * 64,
+        "layout": "a" * 64,
+    }
+    batch = ledger.record_prepared(
+        names.export, run, cs, source_rows=2, partitioning="source-splits", source_splits=record
+    )
+    assert (batch.partitioning, batch.source_splits) == ("source-splits", record)
+    assert ledger.get(names.export, run).source_splits == record
+    other = names.run()
+    begin(ledger, names, other, partitions=2)
+    ids = ledger.get(names.export, other).transactional_ids
+    again = [committable(t, records=1) for t in ids]
+    assert ledger.record_prepared(names.export, other, again, source_rows=2).source_splits is None
 
 
 def test_commit_path(ledger: Ledger, names: Names) -> None:

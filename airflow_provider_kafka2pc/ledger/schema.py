@@ -86,6 +86,8 @@ batches = Table(
     Column("source_rows", BigInteger),
     # How the prepare partitioned its rows ("kafka-aligned" or "hash"): a repair follows it.
     Column("partitioning", String(16)),
+    # With "source-splits": JSON of the split settings, counts and input fingerprint.
+    Column("source_splits", Text),
     Column("created_at", UtcDateTime(), nullable=False),
     Column("updated_at", UtcDateTime(), nullable=False),
     Column("decided_at", UtcDateTime()),

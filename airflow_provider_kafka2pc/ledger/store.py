@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -62,6 +62,9 @@ class Batch:
     #: repair follows; None before the prepare, or for batches recorded before the ledger
     #: kept it.
     partitioning: str | None
+    #: With ``partitioning`` "source-splits": what recomputing the splits needs
+    #: (``spark.source_splits.SourceSplits.to_dict``); else None.
+    source_splits: dict[str, Any] | None
     created_at: datetime
     updated_at: datetime
     decided_at: datetime | None
@@ -192,9 +195,11 @@ class Ledger:
         *,
         source_rows: int,
         partitioning: str | None = None,
+        source_splits: Mapping[str, Any] | None = None,
     ) -> Batch:
         """PREPARING -> PREPARED with one participant per committable (index = partition),
         and how the prepare partitioned its rows (``manifest.PARTITIONINGS``; None: unknown).
+        ``source_splits``: with source-split partitioning, what its repair recomputes.
 
         A PREPARED batch is re-prepared (-> PREPARING -> PREPARED, participants replaced):
         its prepare ran again before any verdict.
@@ -222,6 +227,7 @@ class Ledger:
                 reason,
                 source_rows=source_rows,
                 partitioning=partitioning,
+                source_splits=None if source_splits is None else json.dumps(dict(source_splits)),
             )
             key = {"batch_id": row.id, "attempt": row.attempt}
             conn.execute(delete(participants).filter_by(**key))
@@ -503,6 +509,7 @@ def _to_batch(row: Any) -> Batch:
         verdict_reason=row.verdict_reason,
         source_rows=row.source_rows,
         partitioning=row.partitioning,
+        source_splits=None if row.source_splits is None else json.loads(row.source_splits),
         created_at=row.created_at,
         updated_at=row.updated_at,
         decided_at=row.decided_at,
@@ -523,6 +530,7 @@ def _cas(conn: Connection, ref: _Ref, target: BatchState, reason: str, **values:
             finished_at=None,
             source_rows=None,
             partitioning=None,
+            source_splits=None,
         )
     elif target in (BatchState.COMMIT_DECIDED, BatchState.ABORT_DECIDED):
         verdict = Verdict.COMMIT if target is BatchState.COMMIT_DECIDED else Verdict.ABORT

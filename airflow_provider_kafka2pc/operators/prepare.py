@@ -54,7 +54,7 @@ from ..spark.job import (
 from ..spark.writers import PYTHON_WRITER, check_writer
 from ..transaction import naming
 from ..transaction.committable import Committable
-from ..transaction.manifest import HASH, Manifest
+from ..transaction.manifest import HASH, SOURCE, Manifest
 from ..transaction.registry import RegistryFormat
 from ..utils import config
 from ..utils.connections import require_connection
@@ -104,6 +104,12 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         topic whose partitions are a multiple of ``num_partitions``, otherwise the rows are
         partitioned by hash). Loss repair uses the same setting: change it only between
         intervals.
+    :param partitioning: ``"source-splits"``: each of the source's own file splits
+        (coalesced to at most ``num_partitions``) is one transaction, without a shuffle;
+        the split settings and a fingerprint of the input go to the ledger, and a loss
+        repair recomputes the same splits or refuses. A source without pinnable splits is
+        partitioned as with None (the log says why). None (default): by ``align_with_kafka``.
+        docs/partitioning.md compares them.
     :param registry_conn_id: the schema registry's ``http`` connection
         (:class:`~..hooks.registry.SchemaRegistryHook`); needed with ``value_format`` or
         ``key_format``.
@@ -163,6 +169,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         manifest_dir: str | None = None,
         progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
         align_with_kafka: bool = True,
+        partitioning: str | None = None,
         registry_conn_id: str | None = None,
         value_format: Mapping[str, Any] | None = None,
         key_format: Mapping[str, Any] | None = None,
@@ -207,6 +214,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.manifest_dir = manifest_dir
         self.progress_interval_s = progress_interval_s
         self.align_with_kafka = align_with_kafka
+        if partitioning not in (None, SOURCE):
+            raise ConfigurationError(
+                f"partitioning must be {SOURCE!r} (no shuffle) or None, got {partitioning!r}"
+            )
+        self.partitioning = partitioning
         self.registry_conn_id = registry_conn_id
         self.value_format = None if value_format is None else dict(value_format)
         self.key_format = None if key_format is None else dict(key_format)
@@ -328,6 +340,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                 committables,
                 source_rows=prepared.source_rows,
                 partitioning=prepared.partitioning,
+                source_splits=prepared.metadata.get("source_splits"),
             )
         except (LedgerError, CommittableError):
             # Another run of this run key moved the batch on (a verdict, a new attempt)
@@ -351,9 +364,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             len(committables),
             [c.record_count for c in committables],
             prepared.partitioning or HASH,
-            f" (not aligned with Kafka: {why})"
-            if (why := prepared.metadata.get("partitioning_reason"))
-            else "",
+            f" ({why})" if (why := prepared.metadata.get("partitioning_reason")) else "",
             result["seconds_left"],
         )
         tags = {"export_id": self.export_id, "topic": self.topic}
@@ -402,7 +413,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         local = local_path(str(path)) if path else None
         if local is not None and not local.exists():
             raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
-        repair_args = repair_arguments(participants, lost, batch.partitioning)
+        repair_args = repair_arguments(participants, lost, batch.partitioning, batch.source_splits)
         kafka = Kafka2pcHook(self.kafka_conn_id)
         self.log.warning("%s: re-preparing %s with the prepare's Spark job", label, names)
         started = time.monotonic()
@@ -460,6 +471,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             "--align-with-kafka" if self.align_with_kafka else "--no-align-with-kafka",
             "--writer",
             self.writer,
+            *(["--no-shuffle"] if self.partitioning == SOURCE else []),
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],

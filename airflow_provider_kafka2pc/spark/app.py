@@ -13,7 +13,8 @@ Hadoop-supported URI works. Without a manifest the orchestrator must abort the i
 Loss repair: ``--only-partitions 2,5`` with the batch's full id list partitions the input
 exactly as the prepare did and writes only those partitions (under their own ids);
 ``--expected-partition-rows`` gives every partition's recorded rows and ``--partitioning``
-how the prepare partitioned them (the ledger's record). When the source no
+how the prepare partitioned them (the ledger's record; with source splits,
+``--source-splits`` their recorded settings and fingerprint). When the source no
 longer yields them (or cannot be read), nothing is written: the manifest then holds no
 committable and ``metadata.refused`` says why, and the exit code is 3.
 """
@@ -37,7 +38,7 @@ from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
 from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.spark.writers import PYTHON_WRITER, WRITERS
-from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, Manifest
+from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, SOURCE, Manifest
 from airflow_provider_kafka2pc.transaction.registry import RegistryFormat
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 
@@ -70,6 +71,30 @@ def _registry_format(text: str) -> RegistryFormat:
         return RegistryFormat.from_dict(data)
     except (ValueError, TypeError) as exc:
         raise argparse.ArgumentTypeError(f"expected a JSON object of options: {exc}") from None
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object: {exc}") from None
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return data
+
+
+def by_source_splits(spark: SparkSession, args: argparse.Namespace) -> None:
+    """Before the source is read: without block locations (read when the files are listed)
+    a coalesce groups contiguous splits wherever it runs; a repair also sets the recorded
+    split settings."""
+    if args.shuffle and args.partitioning != SOURCE:
+        return
+    from airflow_provider_kafka2pc.spark.source_splits import IGNORE_LOCALITY, SPLIT_SETTINGS
+
+    spark.conf.set(IGNORE_LOCALITY, "true")
+    for key, value in ((args.source_splits or {}).get("settings") or {}).items():
+        if key in SPLIT_SETTINGS and value is not None:
+            spark.conf.set(key, str(value))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -146,6 +171,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="who writes the transactions: confluent-kafka in Python workers (python) or "
         "Kafka's Java producer inside the executors (jvm; docs/jvm-writer.md)",
     )
+    parser.add_argument(
+        "--shuffle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--no-shuffle: each of the source's own file splits (coalesced to at most one "
+        "per id) is one transaction, no shuffle; a source without such splits is shuffled "
+        "and the manifest says why (docs/partitioning.md; default: shuffle)",
+    )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
     parser.add_argument(
@@ -165,6 +198,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=PARTITIONINGS,
         help="loss repair: how the prepare being repaired partitioned its rows (the ledger's "
         "record); the repair partitions alike, whatever --align-with-kafka and the topic say",
+    )
+    parser.add_argument(
+        "--source-splits",
+        type=_json_object,
+        help="loss repair of a source-split prepare: its recorded split settings, counts and "
+        "input fingerprint (a JSON object, the ledger's record)",
     )
     return parser.parse_args(argv)
 
@@ -275,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ).getOrCreate()
     prepare = loading.result()
     try:
+        by_source_splits(spark, args)
         try:
             source = read_source(spark, args)
         except AnalysisException as exc:
@@ -298,8 +338,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 align_with_kafka=args.align_with_kafka,
                 wire=wire_options(args),
                 writer=args.writer,
+                partitioning=None if args.shuffle else SOURCE,
                 repair=prepare.Repair(
-                    args.only_partitions, args.expected_partition_rows, args.partitioning
+                    args.only_partitions,
+                    args.expected_partition_rows,
+                    args.partitioning,
+                    args.source_splits,
                 )
                 if repair
                 else None,

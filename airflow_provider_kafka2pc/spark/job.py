@@ -132,11 +132,15 @@ def committables_for(
 
 
 def repair_arguments(
-    participants: Sequence[Participant], lost: Sequence[Participant], partitioning: str | None
+    participants: Sequence[Participant],
+    lost: Sequence[Participant],
+    partitioning: str | None,
+    source_splits: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The application's loss-repair options: write only the ``lost`` partitions, and only
     if every partition still holds the rows its participant recorded, partitioned as the
-    prepare did (``partitioning``, the ledger's record; None: not recorded)."""
+    prepare did (``partitioning``, the ledger's record; None: not recorded; with source
+    splits, ``source_splits``: their recorded settings and fingerprint, no secrets)."""
     if [p.index for p in participants] != list(range(len(participants))):
         raise RepairImpossibleError(
             f"the batch's participants are indexed {[p.index for p in participants]}, "
@@ -148,6 +152,7 @@ def repair_arguments(
         "--expected-partition-rows",
         ",".join(str(p.committable.record_count) for p in participants),
         *(["--partitioning", partitioning] if partitioning else []),
+        *(["--source-splits", json.dumps(dict(source_splits))] if source_splits else []),
     ]
 
 

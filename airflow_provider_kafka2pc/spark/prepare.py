@@ -9,7 +9,10 @@ Order of work, chosen so that a transaction is open only while its records are w
    ``align_with_kafka``, the owner of the key's Kafka partition: :mod:`.alignment`) so a
    recomputed partition holds the same records, and encode key/value/headers in the JVM.
    A required key that is null fails this shuffle's map stage, which Spark finishes before
-   any writing task starts: bad keys are refused before any transaction opens;
+   any writing task starts: bad keys are refused before any transaction opens.
+   With ``partitioning=SOURCE`` there is no shuffle: the source's own file splits are
+   the partitions (:mod:`.source_splits`), and a bad row found while writing aborts
+   every id of the run before the refusal;
 3. run ``mapInArrow`` over the shuffled rows: each partition writes its transaction and
    reports its committable and the rows it read;
 4. check that every partition reported exactly one committable whose count equals the rows
@@ -45,7 +48,7 @@ from .. import defaults
 from ..errors import ConfigurationError, PrepareError, ProtocolError, SourceChangedError
 from ..transaction.acls import authorization_error
 from ..transaction.committable import Committable
-from ..transaction.manifest import ALIGNED, HASH, PARTITIONINGS, Manifest
+from ..transaction.manifest import ALIGNED, HASH, PARTITIONINGS, SOURCE, Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
@@ -68,6 +71,9 @@ from .partition_writer import (
     partition_writer,
 )
 from .progress import PartitionProgress
+from .source_splits import SourceSplits, pin_settings, restoring_settings, why_not_splittable
+from .source_splits import check_unchanged as check_splits_unchanged
+from .source_splits import describe as describe_splits
 from .wire import (
     Schemas,
     WireOptions,
@@ -111,8 +117,12 @@ class Repair:
     #: or ``HASH``, the ledger's record): the repair partitions alike, whatever the topic
     #: looks like now. None (a batch recorded before the ledger kept it): decided afresh.
     partitioning: str | None = None
+    #: With :data:`~..transaction.manifest.SOURCE`: the prepare's
+    #: :meth:`~.source_splits.SourceSplits.to_dict` (the ledger's record).
+    source_splits: Mapping[str, Any] | None = None
 
 
+@restoring_settings
 def prepare_dataframe(
     df: DataFrame,
     *,
@@ -132,6 +142,7 @@ def prepare_dataframe(
     wire: WireOptions | None = None,
     writer: str = PYTHON,
     topic_partitions: Future[int] | None = None,
+    partitioning: str | None = None,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
@@ -171,6 +182,12 @@ def prepare_dataframe(
     :param topic_partitions: the topic check (:func:`_check_topic` of ``producer_config``
         and ``topic``) already under way: the application starts it while its
         SparkSession starts; its answer or error is taken here, where the check would run.
+    :param partitioning: :data:`~..transaction.manifest.SOURCE` writes each of the
+        source's own file splits (coalesced to at most one per id) as one transaction,
+        without a shuffle (:mod:`.source_splits`; it pins the split settings on the
+        session); a source without pinnable splits is partitioned as with None, and the
+        manifest's ``partitioning_reason`` says why. None: aligned or by hash, by
+        ``align_with_kafka``. A loss repair partitions as its prepare did.
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -203,17 +220,18 @@ def prepare_dataframe(
     job_label = job_label or uuid.uuid4().hex
     started = time.time()
     keys_required = require_keys if require_keys is not None else key_column is not None
-    recorded = repair.partitioning if repair else None
-    if recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
-        alignment, why_hash = kafka_alignment(
-            spark, producer_config, topic, len(ids), key_column, topic_partitions
-        )
-        if why_hash is not None:
-            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
-    else:  # by hash as asked, or a repair as its prepare did, whatever the topic is now
-        _checked_topic(producer_config, topic, topic_partitions)
-        alignment = None if recorded is None else recorded_alignment(spark, recorded, len(ids))
-        why_hash = None
+    alignment, why_hash, pinned = _partitioning(
+        df,
+        repair,
+        partitioning,
+        align_with_kafka,
+        producer_config,
+        topic,
+        len(ids),
+        key_column,
+        job_label,
+        topic_partitions,
+    )
     wire = wire or WireOptions()
     _encode(df, key_column, value_column, header_columns, wire=wire)  # columns, before the registry
     schemas = resolve_schemas(df, topic, wire, key_column, value_column)
@@ -227,7 +245,19 @@ def prepare_dataframe(
         alignment=alignment,
         wire=wire,
         schemas=schemas,
+        source_splits=pinned is not None,
     )
+    splits = None
+    if pinned is not None:
+        splits = describe_splits(df, prepared, pinned)
+        if repair is not None:  # before any count, cache or transaction
+            check_splits_unchanged(splits, _recorded_splits(repair))
+        log.info(
+            "run %s: %d source splits in %d partitions, no shuffle",
+            job_label,
+            splits.splits,
+            splits.partitions,
+        )
     if java_settings is None:
         python_writer = partition_writer(
             ids,
@@ -260,7 +290,12 @@ def prepare_dataframe(
             )
 
     if repair is None:
-        reports = _write(prepared, run, None, ids, selected, key_column)
+        try:
+            reports = _write(prepared, run, None, ids, selected, key_column)
+        except ConfigurationError:
+            if splits is not None:  # no shuffle: bad rows are found while writing
+                _fence(producer_config, ids, job_label)
+            raise
         partition_rows = _reported_rows(reports, len(ids))
     else:
         # The recorded counts are checked before any transaction opens, so the recomputed
@@ -292,7 +327,16 @@ def prepare_dataframe(
             (),
             {"empty": True, "message": "source is empty; nothing prepared"},
         )
-    committables = _check_reports(reports, ids, partition_rows, selected)
+    written = selected if splits is None else [i for i in selected if i < splits.partitions]
+    committables = _check_reports(reports, ids, partition_rows, written)
+    if splits is not None and len(written) < len(selected):  # fewer splits than ids
+        now_ms = int(time.time() * 1000)
+        empty = [
+            Committable.empty(ids[i], now_ms, transaction_timeout_ms)
+            for i in selected
+            if i >= splits.partitions
+        ]
+        committables = (*committables, *empty)
     partial = {"partitions": list(selected)} if len(selected) < len(ids) else {}
     batch = Manifest(
         job_label=job_label,
@@ -305,7 +349,8 @@ def prepare_dataframe(
             "started_ms": int(started * 1000),
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},
-            "partitioning": HASH if alignment is None else ALIGNED,
+            "partitioning": SOURCE if splits else HASH if alignment is None else ALIGNED,
+            **({"source_splits": splits.to_dict()} if splits else {}),
             "writer": writer,
             **({"partitioning_reason": why_hash} if why_hash else {}),
             **partial,
@@ -343,6 +388,81 @@ def _write(
         ) from exc
 
 
+def _partitioning(
+    df: DataFrame,
+    repair: Repair | None,
+    partitioning: str | None,
+    align_with_kafka: bool,
+    producer_config: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    key_column: str | None,
+    job_label: str,
+    topic_partitions: Future[int] | None = None,
+) -> tuple[Alignment | None, str | None, dict[str, str | None] | None]:
+    """How this prepare partitions, the topic checked on the way: (alignment, why not the
+    partitioning asked, the pinned split settings when by source splits, else None).
+
+    A repair follows its prepare's record; source splits it cannot recompute are refused.
+    """
+    spark = df.sparkSession
+    recorded = repair.partitioning if repair else None
+    if partitioning not in (None, SOURCE):
+        raise ConfigurationError(f"partitioning must be {SOURCE!r} or None, got {partitioning!r}")
+    why_not_source = None
+    if recorded == SOURCE or (recorded is None and partitioning == SOURCE):
+        recorded_splits = _recorded_splits(repair)  # pinned before the input is planned
+        pinned = pin_settings(
+            spark, partitions, recorded_splits.settings if recorded_splits else None
+        )
+        why_not_source = why_not_splittable(df)
+        if why_not_source is None:
+            _checked_topic(producer_config, topic, topic_partitions)
+            return None, None, pinned
+        if recorded == SOURCE:
+            raise SourceChangedError(
+                f"the prepare read the source's own splits, but now {why_not_source}; "
+                "its partitions cannot be recomputed, nothing was written",
+                (),
+            )
+        log.warning("run %s: not by source splits: %s", job_label, why_not_source)
+    if recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
+        alignment, why_hash = kafka_alignment(
+            spark, producer_config, topic, partitions, key_column, topic_partitions
+        )
+        if why_hash is not None:
+            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
+        return alignment, why_not_source or why_hash, None
+    # by hash as asked, or a repair as its prepare did, whatever the topic is now
+    _checked_topic(producer_config, topic, topic_partitions)
+    alignment = None if recorded is None else recorded_alignment(spark, recorded, partitions)
+    return alignment, why_not_source, None
+
+
+def _recorded_splits(repair: Repair | None) -> SourceSplits | None:
+    """The repaired prepare's recorded source splits (None outside a repair)."""
+    if repair is None:
+        return None
+    if repair.source_splits is None:
+        raise ConfigurationError(
+            "the prepare being repaired read the source's own splits, but no record of them "
+            "was given (source_splits): its partitions cannot be recomputed; nothing was written"
+        )
+    return SourceSplits.from_dict(repair.source_splits)
+
+
+def _fence(producer_config: Mapping[str, Any], ids: Sequence[str], job_label: str) -> None:
+    """Abort what a refused source-split prepare opened: without a shuffle, a bad row is
+    found by the writing task, after other partitions opened their transactions."""
+    from ..transaction.controller import TransactionController
+
+    with KafkaProtocol(producer_config) as protocol:
+        controller = TransactionController(protocol)
+        for tid in ids:
+            controller.fence(tid)
+    log.info("run %s: refused; aborted what its ids held open", job_label)
+
+
 def kafka_alignment(
     spark: SparkSession,
     producer_config: Mapping[str, Any],
@@ -375,7 +495,7 @@ def recorded_alignment(spark: SparkSession, partitioning: str, partitions: int) 
         raise ConfigurationError(
             f"unknown partitioning {partitioning!r} for the repair; one of {PARTITIONINGS}"
         )
-    if partitioning == HASH:
+    if partitioning in (HASH, SOURCE):  # SOURCE: recomputed from the recorded splits
         return None
     why = register_key_hash(spark)
     if why is not None:
@@ -474,6 +594,7 @@ def partitioned_input(
     alignment: Alignment | None = None,
     wire: WireOptions | None = None,
     schemas: Schemas | None = None,
+    source_splits: bool = False,
 ) -> DataFrame:
     """``df`` as the writers see it: binary key/value/header columns in ``partitions``.
 
@@ -481,11 +602,15 @@ def partitioned_input(
     row's JSON) is a pure function of the row, unlike round-robin; so is ``alignment``'s
     owner of the key's Kafka partition (a null key falls back to the row's hash). With
     ``require_keys``, a null key fails the job in the shuffle's map stage (message
-    :data:`NULL_KEY_MARK`).
+    :data:`NULL_KEY_MARK`). With ``source_splits``, no shuffle: ``df``'s own partitions,
+    coalesced to at most ``partitions`` (:mod:`.source_splits`); a null key then fails the
+    writing task.
     """
     encoded = _encode(
         df, key_column, value_column, header_columns, require_keys, wire=wire, schemas=schemas
     )
+    if source_splits:
+        return df.select(*encoded).coalesce(partitions)
     row_hash = F.to_json(F.struct(*[F.col(c) for c in df.columns]))
     by = F.col(KEY) if key_column else row_hash
     if alignment is not None and key_column is not None:

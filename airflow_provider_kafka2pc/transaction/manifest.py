@@ -17,10 +17,13 @@ MANIFEST_SCHEMA_VERSION = 1
 
 #: How a prepare partitioned its rows into transactions (``metadata["partitioning"]``, and
 #: the ledger's record of it, which a loss repair follows): each Spark partition owning a
-#: fixed set of Kafka partitions, or Spark's hash of the key (or of the whole record).
+#: fixed set of Kafka partitions, Spark's hash of the key (or of the whole record), or the
+#: source's own file splits, unshuffled (``metadata["source_splits"]`` then records what a
+#: repair needs to recompute them: docs/partitioning.md).
 ALIGNED = "kafka-aligned"
 HASH = "hash"
-PARTITIONINGS = (ALIGNED, HASH)
+SOURCE = "source-splits"
+PARTITIONINGS = (ALIGNED, HASH, SOURCE)
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,8 @@ class Manifest:
 
     @property
     def partitioning(self) -> str | None:
-        """:data:`ALIGNED` or :data:`HASH`; None from a prepare that did not say."""
+        """:data:`ALIGNED`, :data:`HASH` or :data:`SOURCE`; None from a prepare that did not
+        say."""
         return self.metadata.get("partitioning")
 
     def to_dict(self) -> dict[str, Any]:
