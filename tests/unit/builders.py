@@ -125,6 +125,7 @@ def batch(
         verdict_reason=None if verdict is None else "decided",
         source_rows=source_rows,
         partitioning="hash",
+        source_splits=None,
         created_at=changed,
         updated_at=changed,
         decided_at=changed if verdict is not None else None,
