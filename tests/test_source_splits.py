@@ -85,14 +85,15 @@ def commit(protocol, committables) -> set[Outcome]:
     return {r.outcome for r in TransactionController(protocol).commit_all(committables)}
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_an_export_by_source_splits_is_exactly_once(
-    spark, settings, bootstrap, protocol, make_topic, tmp_path
+    spark, settings, bootstrap, protocol, make_topic, tmp_path, writer
 ):
     """Four files, three ids: the splits coalesced, no shuffle; eight ids: four empty."""
     source = write_files(tmp_path / "orders")
     topic = make_topic(3)
     spark.conf.set(OPEN_COST, "0")  # one split per file (the default packs 2 small ones)
-    batch = prepare(spark, source, topic, ids(3), settings)
+    batch = prepare(spark, source, topic, ids(3), settings, writer=writer)
     splits = SourceSplits.from_dict(batch.metadata["source_splits"])
     assert batch.partitioning == SOURCE and "partitioning_reason" not in batch.metadata
     assert (splits.splits, splits.partitions) == (FILES, 3), splits
@@ -102,7 +103,7 @@ def test_an_export_by_source_splits_is_exactly_once(
     assert sum(batch.partition_rows) == ROWS and all(batch.partition_rows)
     spark.conf.unset(OPEN_COST)  # 4 MB per file opened: still one split per file
     other = make_topic(3)
-    wide = prepare(spark, source, other, ids(8), settings)
+    wide = prepare(spark, source, other, ids(8), settings, writer=writer)
     assert wide.metadata["source_splits"]["splits"] == FILES
     assert [c.is_empty for c in wide.committables] == [False] * FILES + [True] * (8 - FILES)
     assert list(wide.partition_rows) == [ROWS_PER_FILE] * FILES + [0] * (8 - FILES)
@@ -115,14 +116,15 @@ def test_an_export_by_source_splits_is_exactly_once(
         assert report.duplicates["committed_keys"] == ROWS and len(seen.keys) == ROWS
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_a_loss_repair_under_other_settings_rewrites_exactly_the_lost_rows(
-    spark, settings, bootstrap, protocol, make_topic, tmp_path
+    spark, settings, bootstrap, protocol, make_topic, tmp_path, writer
 ):
     source = write_files(tmp_path / "orders")
     topic = make_topic(3)
     leased = ids(3)
     spark.conf.set(OPEN_COST, "0")
-    batch = prepare(spark, source, topic, leased, settings)
+    batch = prepare(spark, source, topic, leased, settings, writer=writer)
     controller = TransactionController(protocol)
     lost = batch.committables[1]
     assert controller.abort(lost).outcome is Outcome.ABORTED  # as the broker's timeout would
@@ -209,8 +211,9 @@ def test_a_source_without_pinnable_splits_is_shuffled_and_says_why(
     assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=500)
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_a_null_key_found_while_writing_is_refused_and_leaves_nothing_open(
-    spark, settings, bootstrap, protocol, make_topic, tmp_path
+    spark, settings, bootstrap, protocol, make_topic, tmp_path, writer
 ):
     """Without a shuffle the writing task finds the null key, after other partitions may
     have opened their transactions: the prepare aborts every id of the run, then refuses."""
@@ -222,6 +225,6 @@ def test_a_null_key_found_while_writing_is_refused_and_leaves_nothing_open(
     topic = make_topic(3)
     spark.conf.set(OPEN_COST, "0")
     with pytest.raises(ConfigurationError, match="key column 'id' is null in some rows"):
-        prepare(spark, source, topic, ids(4), settings)
+        prepare(spark, source, topic, ids(4), settings, writer=writer)
     report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
     assert report.totals["open"] == 0, report.to_dict()
