@@ -9,9 +9,9 @@ partitions, run as its user would run it:
   ``--partitions`` Spark partitions = transactions, keyed by ``key``, aligned with Kafka as by
   default), then ``kafka2pc commit`` of its manifest. Exactly once.
 - "kafka2pc by hash", the same with ``--no-align-with-kafka`` (every transaction writes every
-  Kafka partition: the default until alignment ran in the JVM), and "kafka2pc no shuffle": a
-  lever measured, not shipped (``peer_apps/kafka2pc_unshuffled.py``: the same application
-  with the rows left in the source's own splits, one transaction per split).
+  Kafka partition: the default until alignment ran in the JVM), and "kafka2pc no shuffle":
+  the same application with ``--no-shuffle`` (the rows left in the source's own splits,
+  coalesced to one per transactional id, one transaction per split; docs/partitioning.md).
 - Spark's Kafka sink: spark-submit of ``peer_apps/spark_sink.py``, ``df.write.format("kafka")``
   with ``org.apache.spark:spark-sql-kafka-0-10_2.13`` (resolved once by spark-submit
   ``--packages``, then passed as ``--jars`` so no run pays the resolution). At least once.
@@ -117,8 +117,8 @@ KAFKA2PC_VARIANTS = (KAFKA2PC, KAFKA2PC_HASH, KAFKA2PC_UNSHUFFLED)
 GUARANTEES = {
     KAFKA2PC: "exactly once: spark-submit prepare (aligned with Kafka) + kafka2pc commit",
     KAFKA2PC_HASH: "the same with --no-align-with-kafka (each transaction writes every partition)",
-    KAFKA2PC_UNSHUFFLED: "a lever measured, not shipped: one transaction per source split "
-    "(peer_apps/kafka2pc_unshuffled.py)",
+    KAFKA2PC_UNSHUFFLED: "the same with --no-shuffle: one transaction per source split "
+    "(docs/partitioning.md)",
     SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
     FLINK_SINK: "exactly once: PyFlink SQL, BATCH, exactly-once sink",
     PRODUCER_PERF: "one transaction, keyless random payload: the broker's ceiling",
@@ -275,6 +275,7 @@ class Peers:
             *("--transactional-ids", ",".join(ids), "--job-label", topic),
             *("--manifest", str(manifest)),
             "--align-with-kafka" if side == KAFKA2PC else "--no-align-with-kafka",
+            *(("--no-shuffle",) if side == KAFKA2PC_UNSHUFFLED else ()),
             # Only when asked: the application knows --writer only from the JVM writer on.
             *(("--writer", writer) if writer != PYTHON_WRITER else ()),
         ]
@@ -285,10 +286,7 @@ class Peers:
         }
         with measure(self.cluster.broker_pid) as meter:
             started = now_ms()
-            if side == KAFKA2PC_UNSHUFFLED:  # the same settings, another application
-                submitted = spark_submit(str(APPS / "kafka2pc_unshuffled.py"), arguments, **submit)
-            else:
-                submitted = submit_prepare(arguments, **submit)
+            submitted = submit_prepare(arguments, **submit)
             prepared_ms = now_ms()
             if submitted.returncode != 0:
                 summary = submitted.stdout.strip().splitlines()[-1:] or ["no output"]
