@@ -40,7 +40,12 @@ def test_plain_settings_get_the_python_writers_delivery_bound():
         "delivery.timeout.ms": "60000",
         "request.timeout.ms": "30000",
         "max.block.ms": "30000",
+        "batch.size": "1000000",  # librdkafka's default, not Java's 16 KB
     }
+    assert (
+        java_producer_settings({**BOOTSTRAP, "batch.size": 65536}, TIMEOUT_MS)["batch.size"]
+        == "65536"
+    )
 
 
 def test_a_short_transaction_timeout_bounds_delivery_as_java_requires():
