@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
+from ..hooks.spark_connect import CONNECT, spark_mode
 from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION
 from ..spark.job import (
@@ -61,6 +62,7 @@ from ..version_compat import (
     AirflowSkipException,
     Stats,
 )
+from .spark_connect import prepare_on_connect
 
 
 def _safe(text: str) -> str:
@@ -99,6 +101,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         topic whose partitions are a multiple of ``num_partitions``, otherwise the rows are
         partitioned by hash). Loss repair uses the same setting: change it only between
         intervals.
+    :param spark_mode: ``"submit"`` (spark-submit of the packaged application) or
+        ``"connect"`` (the same prepare in this task's process, its plan sent to a Spark
+        Connect server: :mod:`.spark_connect`); None: ``"connect"`` when ``spark_conn_id``
+        is a ``spark_connect`` connection, else ``"submit"``. On Connect, ``conf`` holds
+        the session's runtime settings and the source's paths are the server's.
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
     """
 
@@ -133,6 +140,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         manifest_dir: str | None = None,
         progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
         align_with_kafka: bool = True,
+        spark_mode: str | None = None,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
@@ -167,6 +175,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.manifest_dir = manifest_dir
         self.progress_interval_s = progress_interval_s
         self.align_with_kafka = align_with_kafka
+        self.spark_mode = spark_mode
 
     # -- the task -----------------------------------------------------------------------
 
@@ -215,7 +224,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             if conn_id is not None:
                 require_connection(role, conn_id)
         path = self.source.get("path")
-        if path:
+        if path and not self._on_connect():  # on Connect, paths are the server's
             local = local_path(str(path))
             if local is not None and not local.exists():
                 raise ConfigurationError(f"source path {str(path)!r} does not exist")
@@ -340,7 +349,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         except ConfigurationError as exc:
             raise RepairImpossibleError(f"the prepare's source is unusable: {exc}") from exc
         path = self.source.get("path")
-        local = local_path(str(path)) if path else None
+        local = local_path(str(path)) if path and not self._on_connect() else None
         if local is not None and not local.exists():
             raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
         repair_args = repair_arguments(participants, lost, batch.partitioning)
@@ -413,7 +422,25 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         manifest: str,
         job_suffix: str = "",
     ) -> None:
-        """One spark-submit of the packaged application through :class:`SparkSubmitOperator`."""
+        """One spark-submit of the packaged application through :class:`SparkSubmitOperator`
+        (on a Spark Connect connection: the same application on a Connect session)."""
+        if self._on_connect():
+            prepare_on_connect(
+                self.spark_conn_id,
+                kafka,
+                [
+                    *args,
+                    "--transactional-ids",
+                    ",".join(batch.transactional_ids),
+                    "--manifest",
+                    manifest,
+                    "--job-label",
+                    batch.key.job_label(batch.attempt, job_suffix),
+                ],
+                app_name=f"{self.name}{job_suffix}",
+                conf=self.conf,
+            )
+            return
         with kafka.config_file() as config_path:
             self.application = APPLICATION
             self.application_args = [
@@ -434,6 +461,9 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             # The hook is built from the arguments above: never reuse one built for others.
             compat.submit_with(self, binary)
             super().execute(context)
+
+    def _on_connect(self) -> bool:
+        return spark_mode(self.spark_conn_id, self.spark_mode) == CONNECT
 
     @contextmanager
     def _manifest(self, batch: Batch, name: str) -> Iterator[tuple[str, Any]]:

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..errors import WriteError
 from ..transaction.writer import Record, TransactionalWriter
+from .connect import executor_settings
 
 if TYPE_CHECKING:
     from .progress import PartitionProgress
@@ -66,7 +67,7 @@ def partition_writer(
         # A retried task re-initialises the same id: that fences (aborts) the failed
         # attempt's transaction before this attempt writes anything.
         writer = TransactionalWriter(
-            config, ids[partition], transaction_timeout_ms=transaction_timeout_ms
+            executor_settings(config), ids[partition], transaction_timeout_ms=transaction_timeout_ms
         )
         committable = writer.write(topic, _records(batches, headers, counter, hook))
         if committable.record_count != counter.rows:

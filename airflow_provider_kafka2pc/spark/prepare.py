@@ -49,6 +49,7 @@ from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
 from .alignment import Alignment, register_key_hash, why_not_aligned
+from .connect import is_connect, ship_settings
 from .partition_writer import (
     HEADER_PREFIX,
     KEY,
@@ -149,7 +150,7 @@ def prepare_dataframe(
     selected = _selected(repair.partitions if repair else None, len(ids))
     expected = _expected(repair.expected_rows, len(ids)) if repair else None
     spark = df.sparkSession
-    if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+    if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
         raise ConfigurationError(
             "spark.speculation is on: two attempts of one partition would fence each "
             "other's transaction; set spark.speculation=false for the prepare job"
@@ -177,7 +178,8 @@ def prepare_dataframe(
     )
     writer = partition_writer(
         ids,
-        producer_config,
+        # On Connect the function is pickled into the plan: secrets and files go apart.
+        ship_settings(spark, producer_config) if is_connect(spark) else producer_config,
         topic,
         transaction_timeout_ms,
         list(header_columns),
@@ -226,7 +228,7 @@ def prepare_dataframe(
         source_rows=source_rows,
         partition_rows=partition_rows,
         metadata={
-            "application_id": spark.sparkContext.applicationId,
+            "application_id": spark.conf.get("spark.app.id", None),
             "started_ms": int(started * 1000),
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},
