@@ -102,6 +102,8 @@ def connect_server(
             "--conf",
             f"spark.eventLog.dir={events.as_uri()}",
             "--conf",
+            "spark.eventLog.compress=false",  # readable by the tests' witnesses
+            "--conf",
             "spark.sql.shuffle.partitions=4",
             "--conf",
             f"spark.pyspark.python={sys.executable}",
