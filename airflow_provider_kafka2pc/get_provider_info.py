@@ -35,6 +35,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_kafka2pc.hooks.kafka2pc",
                     "airflow_provider_kafka2pc.hooks.ledger",
                     "airflow_provider_kafka2pc.hooks.export",
+                    "airflow_provider_kafka2pc.hooks.spark_connect",
                 ],
             }
         ],
@@ -45,6 +46,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_kafka2pc.operators.prepare",
                     "airflow_provider_kafka2pc.operators.decision",
                     "airflow_provider_kafka2pc.operators.finish",
+                    "airflow_provider_kafka2pc.operators.external",
                 ],
             }
         ],
