@@ -69,6 +69,9 @@ class JobParameters:
                 f"prepare job parameters of version {version!r}; this kafka2pc reads version "
                 f"{PARAMETERS_VERSION}: install the same kafka2pc in the job as in Airflow"
             )
+        for name in ("transactional_ids", "header_columns"):
+            if isinstance(data.get(name), list):
+                data[name] = tuple(data[name])
         try:
             return cls(**data)
         except TypeError as exc:

@@ -136,6 +136,66 @@ def test_the_witness_would_see_a_secret_pickled_into_the_plan(server):
     assert marker in server.logged() + ui_pages(server)
 
 
+def test_settings_shipped_apart_are_whole_again_on_the_executors(server, tmp_path):
+    """What the writer gets on an executor: the secret and the TLS file's content, though
+    the plan held only their artifacts' names (the file is read where the executor is)."""
+    from airflow_provider_kafka2pc.spark.connect import (
+        FILE_ARTIFACTS,
+        SETTINGS_ARTIFACT,
+        executor_settings,
+        remote_session,
+        ship_settings,
+    )
+
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    ca = tmp_path / "ca.pem"
+    ca.write_text(f"-----BEGIN CERTIFICATE-----\n{uuid.uuid4().hex}\n")
+    config = {
+        "bootstrap.servers": "broker:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "u",
+        "sasl.password": secret,
+        "ssl.ca.location": str(ca),
+        "ssl.key.location": "/only/on/the/server/key.pem",  # not here: passed as it is
+    }
+    with remote_session(server.url, "shipping") as spark:
+        shipped = ship_settings(spark, config)
+
+        def on_executor(batches):
+            import pyarrow as pa
+
+            settings = executor_settings(shipped)
+            ca_text = Path(settings["ssl.ca.location"]).read_text()
+            for _ in batches:
+                pass
+            yield pa.RecordBatch.from_pylist([{"settings": json.dumps(settings), "ca": ca_text}])
+
+        (row,) = (
+            spark.range(1)
+            .coalesce(1)
+            .mapInArrow(on_executor, "settings string, ca string")
+            .collect()
+        )
+    assert secret not in json.dumps(shipped)
+    assert str(ca) not in json.dumps(shipped)
+    assert set(shipped) == {
+        "bootstrap.servers",
+        "security.protocol",
+        "sasl.username",
+        "ssl.key.location",
+        SETTINGS_ARTIFACT,
+        FILE_ARTIFACTS,
+    }
+    whole = json.loads(row["settings"])
+    assert whole["sasl.password"] == secret
+    assert row["ca"] == ca.read_text()
+    assert whole["ssl.ca.location"] != str(ca)  # the executor's copy
+    assert whole["ssl.key.location"] == "/only/on/the/server/key.pem"
+    assert {k: v for k, v in whole.items() if k != "ssl.ca.location"} == {
+        k: v for k, v in config.items() if k != "ssl.ca.location"
+    }
+
+
 def test_loss_repair_through_connect_is_exactly_once(
     server, export_dag, run_export, make_topic, protocol, bootstrap, ledger, monkeypatch
 ):
