@@ -75,11 +75,27 @@ def remote_session(url: str, app_name: str, conf: Mapping[str, str] | None = Non
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.create()
+    _bound_retries(spark)
     try:
         yield spark
     finally:
         with suppress(Exception):  # the server is gone: nothing left to release
             spark.stop()
+
+
+#: How long the client keeps retrying a server it lost (about 45 s with the backoff below).
+#: PySpark's default is at least 10 minutes, made for servers that restart; a prepare whose
+#: server died has lost its session and its executors, and its open transactions hold back
+#: read_committed consumers until the abort task fences them: fail soon instead.
+RETRIES, MAX_BACKOFF_MS = 8, 10_000
+
+
+def _bound_retries(spark: Any) -> None:
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    spark.client.set_retry_policies(
+        [DefaultPolicy(max_retries=RETRIES, max_backoff=MAX_BACKOFF_MS)]
+    )
 
 
 def ship_settings(spark: Any, config: Mapping[str, Any]) -> dict[str, Any]:

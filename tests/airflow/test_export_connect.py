@@ -253,7 +253,10 @@ def kill_when_writing(
                 batches = store.in_doubt(seen["export_id"])
                 ids = [t for b in batches for t in b.transactional_ids]
                 if ids:
-                    states = {d.state for d in protocol.describe_transactions(ids)}
+                    try:
+                        states = {d.state for d in protocol.describe_transactions(ids)}
+                    except Exception:  # not initialised yet (TransactionalIdNotFound), ...
+                        states = set()
                     if "Ongoing" in states:
                         server.kill()
                         seen["killed"] = time.monotonic()
