@@ -37,6 +37,8 @@ from ..errors import ConfigurationError, Kafka2pcError
 from ..transaction.manifest import Manifest
 from ..transaction.settings import is_secret
 
+#: PySpark's process-wide switch to Spark Connect (read by ``pyspark.sql.utils.is_remote``).
+CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 #: The setting (never sent to Kafka) naming the artifact that holds the secret settings.
 SETTINGS_ARTIFACT = "kafka2pc.connect.settings.artifact"
 #: The setting (never sent to Kafka) mapping file settings to their artifacts' names.
@@ -65,22 +67,34 @@ def remote_session(url: str, app_name: str, conf: Mapping[str, str] | None = Non
 
     ``conf`` is applied as the session's runtime settings; settings the server fixes at
     start (static ones) are ignored by PySpark, as for any Connect session.
+
+    PySpark switches the whole process to Connect (``SPARK_CONNECT_MODE_ENABLED``, which
+    ``pyspark.sql.functions`` dispatch on) and never switches it back: a classic session
+    in the same process afterwards (``dag.test()``, ``@task.pyspark`` in one interpreter)
+    would fail. The switch is undone on leaving.
     """
     from pyspark.sql import SparkSession
 
     if not url.startswith("sc://"):
         shown = url.split(";")[0]  # the parameters may hold a token
         raise ConfigurationError(f"a Spark Connect URL starts with sc://, got {shown!r}")
+    mode = os.environ.get(CONNECT_MODE)
     builder = SparkSession.builder.remote(url).appName(app_name)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.create()
-    _bound_retries(spark)
     try:
-        yield spark
+        spark = builder.create()
+        _bound_retries(spark)
+        try:
+            yield spark
+        finally:
+            with suppress(Exception):  # the server is gone: nothing left to release
+                spark.stop()
     finally:
-        with suppress(Exception):  # the server is gone: nothing left to release
-            spark.stop()
+        if mode is None:
+            os.environ.pop(CONNECT_MODE, None)
+        else:
+            os.environ[CONNECT_MODE] = mode
 
 
 #: How long the client keeps retrying a server it lost (about 45 s with the backoff below).

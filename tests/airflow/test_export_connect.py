@@ -9,6 +9,7 @@ a read_committed consumer; plus where the server could show the Kafka secret.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -130,8 +131,11 @@ def test_the_witness_would_see_a_secret_pickled_into_the_plan(server):
         for batch in batches:
             yield batch.select(["id"]) if config else batch
 
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
     with remote_session(server.url, "witness") as spark:
         assert spark.range(3).mapInArrow(closes_over, "id long").count() == 3
+    # PySpark's process-wide switch to Connect is undone: a classic session can follow.
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
     time.sleep(1)  # the event log is written by a listener thread
     assert marker in server.logged() + ui_pages(server)
 
