@@ -36,6 +36,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_kafka2pc.hooks.ledger",
                     "airflow_provider_kafka2pc.hooks.export",
                     "airflow_provider_kafka2pc.hooks.registry",
+                    "airflow_provider_kafka2pc.hooks.spark_connect",
                 ],
             }
         ],
@@ -46,6 +47,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_kafka2pc.operators.prepare",
                     "airflow_provider_kafka2pc.operators.decision",
                     "airflow_provider_kafka2pc.operators.finish",
+                    "airflow_provider_kafka2pc.operators.external",
                 ],
             }
         ],

@@ -38,6 +38,7 @@ from ..errors import (
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
 from ..hooks.registry import SchemaRegistryHook
+from ..hooks.spark_connect import CONNECT, spark_mode
 from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION, AVRO_PACKAGE
 from ..spark.job import (
@@ -66,6 +67,7 @@ from ..version_compat import (
     AirflowSkipException,
     Stats,
 )
+from .spark_connect import prepare_on_connect
 
 
 def _safe(text: str) -> str:
@@ -124,6 +126,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     :param writer: who writes the transactions: ``"python"`` (confluent-kafka in Spark's
         Python workers, the default) or ``"jvm"`` (Kafka's Java producer inside the
         executors; docs/jvm-writer.md). Loss repair re-prepares with the same. (templated)
+    :param spark_mode: ``"submit"`` (spark-submit of the packaged application) or
+        ``"connect"`` (the same prepare in this task's process, its plan sent to a Spark
+        Connect server: :mod:`.spark_connect`); None: ``"connect"`` when ``spark_conn_id``
+        is a ``spark_connect`` connection, else ``"submit"``. On Connect, ``conf`` holds
+        the session's runtime settings and the source's paths are the server's.
     :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
         With a registry format, Spark's Avro package is added to ``packages``.
     """
@@ -176,6 +183,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         tombstone_when: str | None = None,
         timestamp_column: str | None = None,
         writer: str = PYTHON_WRITER,
+        spark_mode: str | None = None,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
@@ -227,6 +235,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         if "{{" not in json.dumps([self.value_format, self.key_format], default=str):
             self._registry_formats()
         self.writer = writer
+        self.spark_mode = spark_mode
 
     # -- the task -----------------------------------------------------------------------
 
@@ -276,7 +285,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             if conn_id is not None:
                 require_connection(role, conn_id)
         path = self.source.get("path")
-        if path:
+        if path and not self._on_connect():  # on Connect, paths are the server's
             local = local_path(str(path))
             if local is not None and not local.exists():
                 raise ConfigurationError(f"source path {str(path)!r} does not exist")
@@ -410,7 +419,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         except ConfigurationError as exc:
             raise RepairImpossibleError(f"the prepare's source is unusable: {exc}") from exc
         path = self.source.get("path")
-        local = local_path(str(path)) if path else None
+        local = local_path(str(path)) if path and not self._on_connect() else None
         if local is not None and not local.exists():
             raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
         repair_args = repair_arguments(participants, lost, batch.partitioning, batch.source_splits)
@@ -503,7 +512,25 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         manifest: str,
         job_suffix: str = "",
     ) -> None:
-        """One spark-submit of the packaged application through :class:`SparkSubmitOperator`."""
+        """One spark-submit of the packaged application through :class:`SparkSubmitOperator`
+        (on a Spark Connect connection: the same application on a Connect session)."""
+        if self._on_connect():
+            prepare_on_connect(
+                self.spark_conn_id,
+                kafka,
+                [
+                    *args,
+                    "--transactional-ids",
+                    ",".join(batch.transactional_ids),
+                    "--manifest",
+                    manifest,
+                    "--job-label",
+                    batch.key.job_label(batch.attempt, job_suffix),
+                ],
+                app_name=f"{self.name}{job_suffix}",
+                conf=self.conf,
+            )
+            return
         with kafka.config_file() as config_path, self._registry_file() as registry_path:
             self.application = APPLICATION
             self.application_args = [
@@ -525,6 +552,9 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             # The hook is built from the arguments above: never reuse one built for others.
             compat.submit_with(self, binary)
             super().execute(context)
+
+    def _on_connect(self) -> bool:
+        return spark_mode(self.spark_conn_id, self.spark_mode) == CONNECT
 
     @contextmanager
     def _registry_file(self) -> Iterator[Path | None]:

@@ -34,6 +34,7 @@ from pyspark.sql import types as T
 
 from ..transaction.writer import DEFAULT_PARTITIONER
 from . import PROJECT_JAR
+from .connect import add_jar
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ def register_key_hash(spark: SparkSession) -> str | None:
     """Register :data:`KEY_HASH_FUNCTION` in ``spark``; None when done, else why it cannot be.
 
     A session started with the jar (spark-submit ``--jars``, ``spark.jars``) has the class;
-    any other gets the jar added (``ADD JAR``, which also ships it to the executors).
+    any other gets the jar added (``ADD JAR``, which also ships it to the executors; on
+    Spark Connect, uploaded as an artifact: :func:`.connect.add_jar`).
     """
     try:
         spark.udf.registerJavaFunction(KEY_HASH_FUNCTION, KEY_HASH_CLASS, T.IntegerType())
@@ -60,8 +62,7 @@ def register_key_hash(spark: SparkSession) -> str | None:
     except Exception:  # AnalysisException: the class is not on the classpath yet
         log.info("%s is not on the classpath: ADD JAR %s", KEY_HASH_CLASS, JAR)
     try:
-        quoted = str(JAR).replace("'", "\\'")
-        spark.sql(f"ADD JAR '{quoted}'")
+        add_jar(spark, JAR)
         spark.udf.registerJavaFunction(KEY_HASH_FUNCTION, KEY_HASH_CLASS, T.IntegerType())
     except Exception as exc:
         return f"the JVM could not load {KEY_HASH_CLASS} from {JAR} ({type(exc).__name__})"

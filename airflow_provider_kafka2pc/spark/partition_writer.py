@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..errors import WriteError
 from ..transaction.writer import RecordChunk, TransactionalWriter
+from .connect import executor_settings
 
 if TYPE_CHECKING:
     from .progress import PartitionProgress
@@ -70,7 +71,7 @@ def partition_writer(
         # A retried task re-initialises the same id: that fences (aborts) the failed
         # attempt's transaction before this attempt writes anything.
         writer = TransactionalWriter(
-            config,
+            executor_settings(config),
             ids[partition],
             transaction_timeout_ms=transaction_timeout_ms,
             batch_produce=batch_produce,

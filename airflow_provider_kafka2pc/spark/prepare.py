@@ -53,6 +53,7 @@ from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
 from ..transaction.tls import check_tls
 from .alignment import Alignment, register_key_hash, why_not_aligned
+from .connect import is_connect, ship_settings
 from .jvm_writer import (
     JVM,
     PYTHON,
@@ -199,6 +200,13 @@ def prepare_dataframe(
     if len(set(ids)) != len(ids):
         raise ConfigurationError("transactional_ids must be distinct")
     writer = check_writer(writer)
+    if is_connect(df.sparkSession) and (writer == JVM or partitioning == SOURCE):
+        # Both reach into the session's JVM through py4j, which a Connect client has not.
+        raise ConfigurationError(
+            "on Spark Connect the prepare runs with writer='python' and a shuffle; "
+            f"writer={writer!r}, partitioning={partitioning!r} need a classic session "
+            "(spark-submit)"
+        )
     java_settings = None
     if writer == JVM:
         if on_batch is not None:
@@ -212,7 +220,7 @@ def prepare_dataframe(
     selected = _selected(repair.partitions if repair else None, len(ids))
     expected = _expected(repair.expected_rows, len(ids)) if repair else None
     spark = df.sparkSession
-    if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+    if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
         raise ConfigurationError(
             "spark.speculation is on: two attempts of one partition would fence each "
             "other's transaction; set spark.speculation=false for the prepare job"
@@ -261,7 +269,8 @@ def prepare_dataframe(
     if java_settings is None:
         python_writer = partition_writer(
             ids,
-            producer_config,
+            # On Connect the function is pickled into the plan: secrets and files go apart.
+            ship_settings(spark, producer_config) if is_connect(spark) else producer_config,
             topic,
             transaction_timeout_ms,
             list(header_columns),
@@ -345,7 +354,7 @@ def prepare_dataframe(
         source_rows=source_rows,
         partition_rows=partition_rows,
         metadata={
-            "application_id": spark.sparkContext.applicationId,
+            "application_id": spark.conf.get("spark.app.id", None),
             "started_ms": int(started * 1000),
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},

@@ -1,0 +1,57 @@
+"""The Spark provider's ``spark_connect`` connection, as the prepare uses it.
+
+The official :class:`SparkConnectHook` builds the ``sc://`` URL (host, port, user id,
+token, ``use_ssl``); this subclass only opens a session on it for one prepare and says
+whether a connection is of that type, which is how the prepare chooses its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+from ..errors import ConfigurationError
+from ..spark.connect import remote_session
+from ..utils.connections import require_connection
+
+#: Values of the prepare's ``spark_mode``: how the prepare reaches Spark.
+SUBMIT, CONNECT = "submit", "connect"
+SPARK_MODES = (SUBMIT, CONNECT)
+
+
+def spark_mode(conn_id: str, explicit: str | None = None) -> str:
+    """:data:`CONNECT` for a ``spark_connect`` connection, else :data:`SUBMIT`; an explicit
+    mode wins (e.g. a ``generic`` connection whose host is an ``sc://`` URL)."""
+    if explicit is not None:
+        if explicit not in SPARK_MODES:
+            raise ConfigurationError(f"spark_mode must be one of {SPARK_MODES}, got {explicit!r}")
+        return explicit
+    conn = require_connection("Spark", conn_id)
+    return CONNECT if conn.conn_type == SparkConnectHook.conn_type else SUBMIT
+
+
+class Kafka2pcSparkConnectHook(SparkConnectHook):
+    """Sessions on the Spark Connect server of a ``spark_connect`` connection.
+
+    :param conn_id: the ``spark_connect`` connection (host, port; login = user id,
+        password = token; extra ``use_ssl``).
+    """
+
+    hook_name = "Spark Connect (two-phase commit prepare)"
+
+    def url(self) -> str:
+        """The ``sc://`` URL; it may hold the token: never log it."""
+        require_connection("Spark", self._conn_id)
+        try:
+            return self.get_connection_url()
+        except ValueError as exc:
+            raise ConfigurationError(f"Spark Connect connection {self._conn_id!r}: {exc}") from None
+
+    @contextmanager
+    def session(self, app_name: str, conf: Mapping[str, str] | None = None) -> Iterator[Any]:
+        """A new session for one prepare, released (artifacts removed) on leaving."""
+        with remote_session(self.url(), app_name, conf) as spark:
+            yield spark

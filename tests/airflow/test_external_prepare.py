@@ -1,0 +1,101 @@
+"""The prepare inside a Spark job another operator runs: dags/orders_export_pyspark.py.
+
+The example DAG, parsed from the dags folder (with no connection defined), then run with
+``dag.test()``: ``@task.pyspark`` runs the job in a local session, the job calls
+``prepare_in_job`` with the lease task's parameters, the record task reads its manifest.
+Witnesses: the log's markers and a read_committed consumer; a rerun writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_kafka2pc.errors import ConfigurationError
+from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState
+from airflow_provider_kafka2pc.spark.external import JobParameters
+from tests.airflow import dagtest
+from tests.conftest import assert_exactly_once
+
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+DAG_ID = "orders_export_pyspark"
+ROWS = 500
+
+
+def load_dag(monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    bag = dagtest.dagbag_module().DagBag(dag_folder=str(DAGS_FOLDER / f"{DAG_ID}.py"))
+    assert bag.import_errors == {}, bag.import_errors
+    return bag.dags[DAG_ID]
+
+
+def test_the_example_parses_without_any_connection(monkeypatch, airflow_db):
+    for name in ("KAFKA_DEFAULT", "SPARK_DEFAULT", "KAFKA2PC_LEDGER"):
+        monkeypatch.delenv(f"AIRFLOW_CONN_{name}", raising=False)
+    dag = load_dag(monkeypatch)
+    edges = {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+    assert edges == {
+        "lease": ["job"],
+        "job": ["record"],
+        "record": ["decide"],
+        "decide": ["abort", "commit"],
+        "commit": [],
+        "abort": [],
+    }
+    assert dag.get_task("commit").repair_lost is False
+
+
+def test_the_job_parameters_round_trip_and_refuse_another_version():
+    params = JobParameters("t", ("a-0", "a-1"), "e/k#1", "/m.json", key_column="k")
+    assert JobParameters.from_dict(json.dumps(params.to_dict())) == params
+    with pytest.raises(ConfigurationError, match="version"):
+        JobParameters.from_dict({**params.to_dict(), "version": 99})
+
+
+def test_pyspark_task_prepares_exactly_once_and_a_rerun_writes_nothing(
+    export_env, make_topic, protocol, bootstrap, ledger, monkeypatch, tmp_path
+):
+    topic = make_topic(2)
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the local session's workers
+    dag = load_dag(
+        monkeypatch,
+        KAFKA2PC_ORDERS_TOPIC=topic,
+        KAFKA2PC_ORDERS_ROWS=str(ROWS),
+        KAFKA2PC_ORDERS_PARTITIONS="2",
+        KAFKA2PC_ORDERS_LEDGER_CONN_ID=ledger.conn_id,
+        KAFKA2PC_ORDERS_MANIFEST_DIR=str(tmp_path / "manifests"),
+    )
+    dagtest.register(dag)
+
+    first = dag.test(logical_date=dagtest.logical_date(4))
+
+    states = {ti.task_id: str(ti.state) for ti in first.get_task_instances()}
+    assert states == {
+        "lease": "success",
+        "job": "success",
+        "record": "success",
+        "decide": "success",
+        "commit": "success",
+        "abort": "skipped",
+    }, states
+    with ledger.open() as store:
+        (batch,) = store.recent("orders_export_pyspark.export")
+        parts = store.participants(batch.export_id, batch.run_key)
+    assert batch.state is BatchState.COMMITTED and batch.source_rows == ROWS
+    assert [p.state for p in parts] == [ParticipantState.COMMITTED] * 2
+    manifests = list((tmp_path / "manifests").rglob("attempt-1.json"))
+    assert len(manifests) == 1
+    assert_exactly_once(
+        protocol, bootstrap, topic, *[p.committable for p in parts], committed=ROWS, aborted=0
+    )
+
+    again = dag.test(logical_date=dagtest.logical_date(4))
+
+    states = {ti.task_id: str(ti.state) for ti in again.get_task_instances()}
+    assert states["lease"] == "skipped" and states["commit"] == "skipped", states
+    assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=0)
