@@ -405,8 +405,13 @@ class Nemesis:
             "tasks",
             "clear",
             DAG_ID,
+            # Airflow 3.3.2 matches --task-regex as a substring of the task id (the
+            # serialized DAG's partial_subset: `task_ids in t.task_id`), not a regex: an
+            # anchored pattern matched nothing, so every clear before this was a no-op.
+            # The group-qualified id is a substring of exactly one task (and a regex
+            # matching it, should Airflow go back to regexes).
             "--task-regex",
-            f"^{GROUP}\\.{ti['task']}$",
+            f"{GROUP}.{ti['task']}",
             "--start-date",
             logical,
             "--end-date",
