@@ -40,7 +40,7 @@ def test_spark_task_killed_mid_write_aborts_the_run_then_the_rerun_commits(
     )
     # The kill landed mid-write: at the pause before the abort, the killed partition's own
     # transaction is still Ongoing with the records it delivered open in the log (counted
-    # on its producer id, not on the topic), and its writer never reported a committable.
+    # on its producer id, not on the topic), and no partition's committable was recorded.
     rig.reached("abort", first)
     killed = rig.killed_at("spark-worker")
     assert killed["partition"] == 1, killed
@@ -49,7 +49,10 @@ def test_spark_task_killed_mid_write_aborts_the_run_then_the_rerun_commits(
     assert victim.state.value == "Ongoing", victim
     delivered = open_records_of(protocol, rig.topic, victim.producer_id)
     assert 0 < delivered <= killed["rows"], (delivered, killed)
-    assert rig.batch(DAY).state.value == "PREPARING" and rig.participants(DAY) == []
+    # The decision came after the failed prepare: ABORT, the batch never left PREPARING.
+    batch = rig.batch(DAY)
+    assert batch.state.value == "ABORT_DECIDED" and "PREPARING" in batch.verdict_reason, batch
+    assert rig.participants(DAY) == []
     rig.go("abort")
     first = first.wait()
 
