@@ -419,9 +419,19 @@ class Nemesis:
             "--yes",
             check=False,
         )
-        now = next((t for t in self.w.deployment.task_instances() if t["id"] == ti["id"]), None)
+        # Airflow 3 gives a cleared task instance a new id: find it by run and task.
+        now = next(
+            (
+                t
+                for t in self.w.deployment.task_instances()
+                if (t["run_id"], t["task"]) == (ti["run_id"], ti["task"])
+            ),
+            None,
+        )
         changed = now is not None and (
-            now["state"] != ti["state"] or now["try_number"] != ti["try_number"]
+            now["id"] != ti["id"]
+            or now["state"] != ti["state"]
+            or now["try_number"] != ti["try_number"]
         )
         hit = done.returncode == 0 and changed
         return {
