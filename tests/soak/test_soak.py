@@ -155,5 +155,6 @@ def test_short_soak_under_a_real_scheduler_is_exactly_once(tmp_path: Path) -> No
     began = time.monotonic()
     result = run_soak(config)
     print(f"\nTIMING short soak: {time.monotonic() - began:.1f} s; figures {result.figures}")
+    # result.ok includes the nemesis check: CI_MIN_HITS hits during in-flight work. How many
+    # strikes there were is no evidence (the runs may end after five on a quiet machine).
     assert result.ok, result.failure()
-    assert result.figures["strikes"] >= len(FaultKind), result.figures
