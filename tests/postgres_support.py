@@ -160,6 +160,14 @@ class RestartablePostgres(PostgresServer):
         durable = {"options": "-csynchronous_commit=on"}
         return make_url(self.url).update_query_dict(durable).render_as_string(False)
 
+    def postmaster_pid(self) -> int | None:
+        """The running server's pid (``postmaster.pid``), None when it is not running:
+        a crash-restart shows it hit by a new pid."""
+        try:
+            return int((self._data / "postmaster.pid").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            return None
+
     def restart(self) -> None:
         log = str(self._root / "server.log")
         self._run("pg_ctl", "-D", str(self._data), "-l", log, "-m", "immediate", "-w", "restart")

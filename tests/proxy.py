@@ -35,6 +35,10 @@ class TcpProxy:
         self._selector.register(self._listener, selectors.EVENT_READ)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tcp-proxy", daemon=True)
+        #: Connections closed by a switch to DROP, and new ones refused while in DROP: what
+        #: a fault actually cut (a test or the soak asserts the fault met a connection).
+        self.dropped = 0
+        self.refused = 0
 
     def start(self) -> TcpProxy:
         self._thread.start()
@@ -44,6 +48,7 @@ class TcpProxy:
         with self._lock:
             self._mode = mode
             if mode is Mode.DROP:
+                self.dropped += len(self._pairs) // 2
                 for sock in list(self._pairs):
                     self._close(sock)
 
@@ -77,6 +82,7 @@ class TcpProxy:
         except BlockingIOError:
             return
         if self._mode is Mode.DROP:
+            self.refused += 1
             client.close()
             return
         try:

@@ -43,6 +43,7 @@ from airflow_provider_kafka2pc.transaction.controller import TransactionControll
 from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.settings import to_kafka_python
+from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
 from .conftest import audit, cli, unique_id, write_jsonl
@@ -212,15 +213,16 @@ def test_export_a_cannot_commit_abort_fence_describe_or_list_export_b_transactio
 
 
 def run_every_step(
-    settings: dict[str, Any], topic: str, prefix: str
+    settings: dict[str, Any], topic: str, prefix: str, start: int = 0
 ) -> tuple[list[str], Committable | None]:
     """Prepare, describe, list, commit, audit and fence as one export does; the steps
-    that succeeded, then the refusal that stopped it (if any); and what was prepared."""
+    that succeeded, then the refusal that stopped it (if any); and what was prepared
+    (3 records, keys from ``start``)."""
     steps: list[str] = []
     tid = f"{prefix}-{time.time_ns() % 10**9}"
     c = None
     try:
-        c = TransactionalWriter(settings, tid, timeout_s=10).write(topic, rows(0, 3))
+        c = TransactionalWriter(settings, tid, timeout_s=10).write(topic, rows(start, 3))
         steps.append("prepare")
         with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
             assert protocol.describe_transaction(tid) is not None
@@ -266,7 +268,9 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
         ("TRANSACTIONAL_ID", "PREFIXED", f"{prefix}-", "DESCRIBE"),
     }
     probe = secure_broker.sasl_ssl("probe")
-    assert run_every_step(probe, topic, prefix)[0] == ALL_STEPS
+    steps, prepared = run_every_step(probe, topic, prefix)
+    assert steps == ALL_STEPS
+    committed, aborted = [prepared], []
 
     # Without each entry in turn: which step the broker refuses.
     first_refused = {  # -> the step refused, and what the refusal says
@@ -278,7 +282,7 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
         # InitProducerId.
         ("TRANSACTIONAL_ID", "WRITE"): ("prepare", "Transactional Id authorization failed"),
     }
-    for entry in entries:
+    for run, entry in enumerate(entries, start=1):
         pattern = ResourcePattern(
             ResourceType[entry.resource_type],
             entry.resource_name,
@@ -296,7 +300,7 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
         admin_client.delete_acls([one])
         wait_for_acls(admin_client, principal, wanted - {entry.key()})
         caplog.clear()
-        steps, prepared = run_every_step(probe, topic, prefix)
+        steps, prepared = run_every_step(probe, topic, prefix, start=3 * run)
         admin_client.create_acls([kafka_python_acl(entry)])
         wait_for_acls(admin_client, principal, wanted)
         if prepared is not None and steps[-1].startswith("refused"):
@@ -304,6 +308,9 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
             # the same principal ends it.
             with KafkaProtocol(probe, timeout_ms=10_000) as protocol:
                 assert TransactionController(protocol).abort(prepared).outcome.aborted
+            aborted.append(prepared)
+        elif prepared is not None:
+            committed.append(prepared)
         refusal = first_refused.get((entry.resource_type, entry.operation))
         if refusal is None:  # DESCRIBE: implied by READ and WRITE
             assert entry.implied_by == "WRITE", entry
@@ -319,3 +326,13 @@ def test_the_acls_kafka2pc_prints_are_exactly_what_an_export_needs(
         assert not [
             t for t in admin.list_transactions(prefix) if t.state is CoordinatorTxnState.ONGOING
         ]
+        # Both witnesses, over SASL: each committed run's 3 records once, the aborted
+        # ones invisible, nothing open (a refused prepare wrote nothing that stayed open).
+        report = audit(admin, topic, *committed, *aborted)
+        totals = report.totals
+        assert totals["committed"] == 3 * len(committed), report.to_dict()
+        assert totals["open"] == 0 and totals["aborted"] >= 3 * len(aborted), report.to_dict()
+        assert report.duplicates["extra_copies"] == 0, report.duplicates
+    seen = read_committed(secure_broker.admin, topic, timeout_s=15)
+    assert not seen.stalled and seen.total == 3 * len(committed), seen.to_dict()
+    assert seen.duplicate_keys == 0, seen.to_dict()

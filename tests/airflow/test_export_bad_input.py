@@ -14,6 +14,7 @@ from airflow_provider_kafka2pc.export import (
 )
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
 from tests.airflow import dagtest
+from tests.conftest import assert_exactly_once
 
 OTHER_EXPORT = "someone.elses_export"
 
@@ -73,7 +74,16 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_fails_clearly_before_any_transaction_opens(
-    case, export_dag, run_export, make_topic, protocol, ledger, monkeypatch, tmp_path, capfd
+    case,
+    export_dag,
+    run_export,
+    make_topic,
+    protocol,
+    bootstrap,
+    ledger,
+    monkeypatch,
+    tmp_path,
+    capfd,
 ):
     breaks, options, message = CASES[case]
     topic = make_topic(2)
@@ -114,6 +124,8 @@ def test_bad_input_fails_clearly_before_any_transaction_opens(
         assert case == "ledger connection"
     assert protocol.list_transactions(prefix=prefix) == []
     assert dagtest.asset_events(asset_uri) == []
+    # Both witnesses: not a record written, so nothing committed, aborted or open.
+    assert_exactly_once(protocol, bootstrap, topic, committed=0, aborted=0)
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "2"])

@@ -1,9 +1,13 @@
 """Failures inside an export run, injected by small operator subclasses (no patching).
 
-A decision that dies after recording its verdict keeps that verdict on retry; a commit
-that dies halfway finishes on retry, exactly once; a participant fenced before the
+A decision that raises after recording its verdict keeps that verdict on retry; a commit
+that raises halfway finishes on retry, exactly once; a participant fenced before the
 decision, or a prepare that fails, ends in abort: a failed run, nothing committed,
 nothing left open.
+
+These tasks *raise* (``dag.test()`` runs them in this process, which must survive): their
+exception handlers and callbacks run. The same points with the task process really
+SIGKILLed (no handler runs) are fault cases 4 and 5 in ``tests/faults/``.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from tests.conftest import assert_exactly_once
 ROWS = 300
 
 
-class DecisionDiesAfterVerdict(KafkaTransactionDecisionOperator):
-    """Try 1 dies right after the ledger recorded the verdict; a later try would judge
+class DecisionRaisesAfterVerdict(KafkaTransactionDecisionOperator):
+    """Try 1 raises right after the ledger recorded the verdict; a later try would judge
     ABORT if it judged at all (it must not: the recorded verdict stands)."""
 
     recorded: ClassVar[list[Any]] = []
@@ -40,19 +44,19 @@ class DecisionDiesAfterVerdict(KafkaTransactionDecisionOperator):
 
     def publish_verdict(self, context, batch) -> None:
         if self._try == 1:
-            DecisionDiesAfterVerdict.recorded.append(batch)
-            raise RuntimeError("injected: the decision task died after the ledger write")
+            DecisionRaisesAfterVerdict.recorded.append(batch)
+            raise RuntimeError("injected: the decision task raised after the ledger write")
         super().publish_verdict(context, batch)
 
 
-class CommitDiesHalfway(KafkaTransactionCommitOperator):
-    """Try 1 commits half of the participants, then dies."""
+class CommitRaisesHalfway(KafkaTransactionCommitOperator):
+    """Try 1 commits half of the participants, then raises."""
 
     def commit(self, context, coordinator: Coordinator):
         if context["ti"].try_number == 1:
             todo = coordinator.unfinished(self.export_id, self.run_key)
             coordinator.commit_participants(self.export_id, self.run_key, todo[: len(todo) // 2])
-            raise RuntimeError("injected: the commit task died after committing half")
+            raise RuntimeError("injected: the commit task raised after committing half")
         return super().commit(context, coordinator)
 
 
@@ -66,18 +70,18 @@ class FencingDecision(KafkaTransactionDecisionOperator):
         return super().assess(hook, ledger, batch)
 
 
-def test_decision_retried_after_dying_keeps_the_recorded_verdict(
+def test_decision_retried_after_raising_keeps_the_recorded_verdict(
     export_dag, run_export, make_topic, protocol, bootstrap, ledger
 ):
     topic = make_topic(3)
     dag = export_dag(
-        topic=topic, rows=ROWS, retries=1, operator_classes={"decide": DecisionDiesAfterVerdict}
+        topic=topic, rows=ROWS, retries=1, operator_classes={"decide": DecisionRaisesAfterVerdict}
     )
     result = run_export(dag, day=3)
 
     assert result.state == "success", result
     assert result.tries["decide"] == 2 and result.tasks["commit"] == "success"
-    first = DecisionDiesAfterVerdict.recorded[-1]
+    first = DecisionRaisesAfterVerdict.recorded[-1]
     with ledger.open() as store:
         batch = store.get(first.export_id, first.run_key)
     assert first.verdict is batch.verdict is Verdict.COMMIT
@@ -92,7 +96,7 @@ def test_decision_retried_after_dying_keeps_the_recorded_verdict(
     assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=0)
 
 
-def test_commit_dying_halfway_is_finished_by_its_retry_exactly_once(
+def test_commit_raising_halfway_is_finished_by_its_retry_exactly_once(
     export_dag, run_export, make_topic, protocol, bootstrap, ledger
 ):
     topic = make_topic(4)
@@ -101,7 +105,7 @@ def test_commit_dying_halfway_is_finished_by_its_retry_exactly_once(
         rows=ROWS,
         num_partitions=4,
         retries=1,
-        operator_classes={"commit": CommitDiesHalfway},
+        operator_classes={"commit": CommitRaisesHalfway},
     )
     result = run_export(dag, day=4)
 

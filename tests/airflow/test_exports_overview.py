@@ -16,6 +16,7 @@ from airflow_provider_kafka2pc.transaction.controller import TransactionControll
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.airflow import dagtest
 from tests.airflow.test_recovery import describe_state
+from tests.conftest import assert_exactly_once
 
 ROWS = 20
 GRACE = timedelta(minutes=5)
@@ -39,7 +40,9 @@ def write(settings, tid, topic, tag):
     return TransactionalWriter(settings, tid, transaction_timeout_ms=120_000).write(topic, records)
 
 
-def test_overview_of_an_export_on_sqlite(ledger, kafka_connection, make_topic, protocol, settings):
+def test_overview_of_an_export_on_sqlite(
+    ledger, kafka_connection, make_topic, protocol, settings, bootstrap
+):
     """A committed batch, a live one (prepared a moment ago, its transactions open) and a
     transaction nobody recorded: each shown with what recovery would do, nothing touched."""
     topic = make_topic(2)
@@ -87,3 +90,5 @@ def test_overview_of_an_export_on_sqlite(ledger, kafka_connection, make_topic, p
     for tid in [*live_ids, stranger]:
         assert describe_state(protocol, tid) == "Ongoing"
         TransactionController(protocol).fence(tid)
+    # Both witnesses: the committed batch once; the live one and the stranger, fenced, aborted.
+    assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=ROWS + ROWS // 2)

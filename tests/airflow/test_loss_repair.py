@@ -184,7 +184,8 @@ def test_the_coordinator_repairs_partitions_lost_to_a_real_timeout(
         assert [(lp.index, lp.records) for lp in lost.value.lost] == [(1, 11), (2, 12)]
         assert "partition 1 (core-1, 11 rows)" in str(lost.value)
         assert "23 rows are NOT in the topic" in str(lost.value)
-        states = [p.state for p in store.participants(export, RUN_KEY)]
+        when_lost = store.participants(export, RUN_KEY)
+        states = [p.state for p in when_lost]
         assert states == [ParticipantState.COMMITTED, *[ParticipantState.LOST] * 2]
         assert store.get(export, RUN_KEY).state is BatchState.COMMIT_DECIDED
 
@@ -223,13 +224,17 @@ def test_the_coordinator_repairs_partitions_lost_to_a_real_timeout(
         assert store.get(export, RUN_KEY).state is BatchState.COMMIT_DECIDED
 
         asked = []
+        repaired = {}
 
         def from_the_same_input(batch, participants, lost):
             asked.append([p.index for p in lost])
-            return {
-                p.index: write(settings, topic, p.transactional_id, rows_of(p.index), 60_000)
-                for p in lost
-            }
+            repaired.update(
+                {
+                    p.index: write(settings, topic, p.transactional_id, rows_of(p.index), 60_000)
+                    for p in lost
+                }
+            )
+            return dict(repaired)
 
         finished = coordinator.commit(export, RUN_KEY, from_the_same_input)
         assert asked == [[1, 2]]
@@ -238,7 +243,9 @@ def test_the_coordinator_repairs_partitions_lost_to_a_real_timeout(
         assert finished.records == rows and finished.records_now == 23
         final = store.participants(export, RUN_KEY)
         assert [p.state for p in final] == [ParticipantState.COMMITTED] * 3
-        assert final[1].committable != first[1] and final[1].reason != first[1]
+        # The repair's transaction and outcome replaced the lost ones in the ledger.
+        assert final[1].committable != first[1] and final[1].committable == repaired[1]
+        assert when_lost[1].reason and final[1].reason != when_lost[1].reason, final[1].reason
         assert not any(lease.leased for lease in store.leases(export))
         # Committed again: nothing to do.
         assert coordinator.commit(export, RUN_KEY).notes == ["already committed"]

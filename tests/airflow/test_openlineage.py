@@ -20,6 +20,7 @@ import pytest
 
 from airflow_provider_kafka2pc.ledger import BatchState
 from tests.airflow import dagtest
+from tests.conftest import assert_exactly_once
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +80,7 @@ def datasets(event: dict[str, Any], kind: str) -> list[tuple[str, str, Any]]:
 
 
 def test_committed_export_reports_input_and_topic_aborted_export_no_output(
-    export_env, make_topic, settings, tmp_path
+    export_env, make_topic, settings, tmp_path, protocol, bootstrap
 ):
     topic = make_topic(2)
     source = {"path": str(orders_file(tmp_path / "orders.json")), "format": "json"}
@@ -127,3 +128,5 @@ def test_committed_export_reports_input_and_topic_aborted_export_no_output(
         e for e in task_events(failed, "ol_aborted", "prepare") if e["eventType"] == "COMPLETE"
     ]
     assert datasets(prepare, "inputs") == [source_in]  # it read the source all the same
+    # Both witnesses: the committed run's rows once, the aborted run's invisible.
+    assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=ROWS)

@@ -16,6 +16,7 @@ from airflow_provider_kafka2pc.ledger import Verdict
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import ApiKey
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from tests.conftest import assert_exactly_once
 
 ROWS = 20
 
@@ -54,7 +55,7 @@ def judge(batch, participants, protocol, margin_s=60):
 
 @pytest.mark.kafka_versions()
 def test_commit_only_while_every_participant_is_open_with_margin(
-    ledger, protocol, settings, make_topic
+    ledger, protocol, settings, make_topic, bootstrap
 ):
     topic = make_topic(2)
     with ledger.open() as store:
@@ -76,9 +77,11 @@ def test_commit_only_while_every_participant_is_open_with_margin(
             parts[1].transactional_id
         ]
         TransactionController(protocol).abort_all(committables[:1])
+    # Both witnesses: the fenced and the aborted participant alike, nothing committed or open.
+    assert_exactly_once(protocol, bootstrap, topic, *committables, committed=0, aborted=ROWS)
 
 
-def test_abort_when_the_records_do_not_add_up(ledger, protocol, settings, make_topic):
+def test_abort_when_the_records_do_not_add_up(ledger, protocol, settings, make_topic, bootstrap):
     topic = make_topic(1)
     with ledger.open() as store:
         batch, parts = prepared(store, settings, topic, "verdict-count", source_rows=ROWS + 1)
@@ -86,3 +89,6 @@ def test_abort_when_the_records_do_not_add_up(ledger, protocol, settings, make_t
         assert short.verdict is Verdict.ABORT
         assert f"hold {ROWS} records but the source had {ROWS + 1}" in short.reason
         TransactionController(protocol).abort_all([p.committable for p in parts])
+    assert_exactly_once(
+        protocol, bootstrap, topic, *[p.committable for p in parts], committed=0, aborted=ROWS
+    )

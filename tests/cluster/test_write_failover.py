@@ -14,6 +14,8 @@ records are queued and in flight when it lands. Timings are printed (``-s``).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -64,6 +66,33 @@ def witnesses(
         assert_java_witness(bootstrap, topic, committed=expect["committed"])
 
 
+class LeaderWatch:
+    """Polls, from its own thread, who leads the partitions ``victim`` led, and notes when
+    every one of them has a new leader: the moment leadership moved."""
+
+    def __init__(self, cluster: KafkaCluster, topic: str, victim: int, led: list[int]) -> None:
+        self.cluster, self.topic, self.victim, self.led = cluster, topic, victim, led
+        self.moved_at: float | None = None
+        self.leaders: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.moved_at is None:
+            with contextlib.suppress(Exception):  # a node just killed may not answer
+                now = {p: i.leader for p, i in self.cluster.partitions(self.topic).items()}
+                if all(now[p] not in (self.victim, -1) for p in self.led):
+                    self.moved_at, self.leaders = time.monotonic(), now
+            self._stop.wait(0.1)
+
+
 def test_partition_leader_killed_mid_write_is_ridden_and_commits_exactly_once(
     kafka_cluster, cluster_settings, cluster_topic
 ):
@@ -71,11 +100,14 @@ def test_partition_leader_killed_mid_write_is_ridden_and_commits_exactly_once(
     coordinator = kafka_cluster.transaction_coordinator(tid)
     leaders = {p: info.leader for p, info in kafka_cluster.partitions(cluster_topic).items()}
     victim = next(node for node in leaders.values() if node != coordinator)
+    led = [p for p, node in leaders.items() if node == victim]
+    watch = LeaderWatch(kafka_cluster, cluster_topic, victim, led)
     killed: list[float] = []
 
     def kill() -> None:
         kafka_cluster.kill(victim)
         killed.append(time.monotonic())
+        watch.start()
 
     writer = TransactionalWriter(
         cluster_settings,
@@ -83,12 +115,23 @@ def test_partition_leader_killed_mid_write_is_ridden_and_commits_exactly_once(
         transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
         timeout_s=WRITER_TIMEOUT_S,
     )
-    committable = writer.write(cluster_topic, rows_killing(RECORDS, KILL_AT, kill))
-    ridden_s = time.monotonic() - killed[0]
+    try:
+        committable = writer.write(cluster_topic, rows_killing(RECORDS, KILL_AT, kill))
+        written = time.monotonic()
+    finally:
+        watch.stop()
+    ridden_s = written - killed[0]
     print(
         f"\nTIMING writer rode the death of partition leader {victim} (leaders {leaders}): "
-        f"prepared {committable.record_count} records {ridden_s:.1f} s after the kill"
+        f"leadership of {led} moved {(watch.moved_at or 0) - killed[0]:.1f} s after the kill "
+        f"(now {watch.leaders}); prepared {committable.record_count} records "
+        f"{ridden_s:.1f} s after the kill"
     )
+    # The fault landed where the test says: leadership of the victim's partitions moved
+    # after the kill and before the write had delivered its records (write() returns only
+    # once every record is acknowledged), with 225,000 of them produced after the kill.
+    assert watch.moved_at is not None, f"leadership of {led} never left node {victim}"
+    assert killed[0] < watch.moved_at < written, (killed, watch.moved_at, written)
     assert committable.record_count == RECORDS
     with KafkaProtocol(cluster_settings, timeout_ms=5_000) as protocol:
         [result] = TransactionController(protocol, RetryPolicy(deadline_s=60)).commit_all(

@@ -245,33 +245,44 @@ def prepare_races(fault_dir: str, role: str) -> type:
     Spark job writes, ``second``'s writes after it (re-initialising the same ids fences
     the first's transactions), ``first`` records its committables and its run decides;
     only then does ``second`` record. Every wait has a timeout, so a product that makes
-    one of them stop early (writes nothing) is not blocked by the other.
+    one of them stop early (writes nothing) is not blocked by the other; each wait's
+    outcome goes into ``<role>.race`` (JSON), so the test can tell whether the race it
+    names really happened (both past their write, in that order, no wait timed out).
     """
     directory = Path(fault_dir)
+
+    def note(key: str, value: Any) -> None:
+        path = directory / f"{role}.race"
+        seen = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**seen, key: value}))
 
     class PrepareRaces(SparkKafkaPrepareOperator):
         def execute(self, context):
             (directory / f"{role}.arrived").write_text(str(os.getpid()))
             other = "second" if role == "first" else "first"
-            _wait_for(directory / f"{other}.arrived", PAUSE_TIMEOUT_S)
+            note("met", _wait_for(directory / f"{other}.arrived", PAUSE_TIMEOUT_S))
             return super().execute(context)
 
         def run_spark(self, context, kafka, batch, source_args):
             if role == "second":
-                _wait_for(directory / "first.written", PAUSE_TIMEOUT_S)
+                note("after_first_wrote", _wait_for(directory / "first.written", PAUSE_TIMEOUT_S))
             prepared = super().run_spark(context, kafka, batch, source_args)
             ids = [c.transactional_id for c in prepared.committables]
             (directory / f"{role}.written").write_text(json.dumps(ids))
+            note("written_at", time.time())
             if role == "first":
-                _wait_for(directory / "second.written", 120)
+                note("second_wrote", _wait_for(directory / "second.written", 120))
             else:
                 with LedgerHook(self.ledger_conn_id).get_conn() as ledger:
                     deadline = time.monotonic() + 60
+                    verdict = None
                     while time.monotonic() < deadline:
                         now = ledger.get(self.export_id, self.run_key)
                         if now is not None and now.verdict is not None:
+                            verdict = now.verdict.value
                             break
                         time.sleep(0.2)
+                note("first_decided", verdict)
             return prepared
 
     return PrepareRaces

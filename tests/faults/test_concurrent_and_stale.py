@@ -15,6 +15,9 @@ from airflow_provider_kafka2pc.ledger import BatchState
 from tests.conftest import audit, cli
 from tests.faults.conftest import ROWS, assert_exported_once
 
+#: The two runs of case 8, in the order their Spark jobs write.
+RACE = ("first", "second")
+
 
 class LeftOpen(AssertionError):
     """A run of the race ended and left transactions open on the broker."""
@@ -32,26 +35,34 @@ def test_two_runs_of_one_interval_at_once_export_it_exactly_once(rig, protocol, 
             home=rig.root / f"airflow-{role}",
             faults={"prepare": ["prepare_races", {"role": role}]},
         )
-        for role in ("first", "second")
+        for role in RACE
     ]
     runs = [child.wait() for child in children]
 
     for run in runs:
         assert run.result is not None, run.tail()
-    states = sorted(run.state for run in runs)
+    # The race named above really happened: both prepares met, both Spark jobs wrote, the
+    # second after the first, and the second recorded only after the first's run was
+    # decided. A wait that timed out means the interleaving was not the one under test.
+    race = {role: json.loads((rig.fault_dir / f"{role}.race").read_text()) for role in RACE}
+    assert race["first"]["met"] and race["second"]["met"], race
+    assert race["second"]["after_first_wrote"] and race["first"]["second_wrote"], race
+    assert race["first"]["written_at"] <= race["second"]["written_at"], race
+    assert race["second"]["first_decided"] == "ABORT", race  # the first was fenced
+    ids = [json.loads((rig.fault_dir / f"{role}.written").read_text()) for role in RACE]
+    assert ids[0] == ids[1] and len(ids[0]) == 3, ids  # the same pooled ids, both fenced
+
+    # What the README says of this race: the first is decided ABORT and aborts; the
+    # second's record_prepared is refused and it aborts what its job wrote; both fail.
     raced = audit(protocol, rig.topic).totals
-    # Never the interval twice, whatever the product makes of the race.
-    assert raced["committed"] in (0, ROWS), raced
-    if raced["committed"] == 0:  # both gave up: the user runs the interval again
-        assert states == ["failed", "failed"], states
-        again = rig.run(day)
-        assert again.state == "success", again.tail()
-    else:  # one committed; the other committed nothing of its own
-        assert "success" in states, states
-    assert_exported_once(protocol, bootstrap, rig, day)
+    assert sorted(run.state for run in runs) == ["failed", "failed"], [r.tasks for r in runs]
     # Each run of the race ended clean: nothing it prepared was left open behind it.
     if raced["open"]:
         raise LeftOpen(f"after both runs ended: {raced}; tasks {[r.tasks for r in runs]}")
+    assert raced["committed"] == 0, raced
+    again = rig.run(day)
+    assert again.state == "success", again.tail()
+    assert_exported_once(protocol, bootstrap, rig, day)
 
 
 def test_stale_committable_on_a_re_leased_id_neither_commits_nor_loses_the_new_run(

@@ -16,13 +16,47 @@ from tests.faults.conftest import assert_exported_once
 DAY = 4
 
 
+def open_records_of(protocol, topic: str, producer_id: int) -> int:
+    """Records of ``producer_id``'s transactions still open in ``topic``'s log (the audit's
+    spans: one producer's records in one partition, up to their marker)."""
+    report = audit(protocol, topic)
+    return sum(
+        span.count
+        for part in report.partitions.values()
+        for span in part.spans
+        if span.producer_id == producer_id and span.state == "OPEN"
+    )
+
+
 def test_spark_task_killed_mid_write_aborts_the_run_then_the_rerun_commits(
     rig, protocol, bootstrap
 ):
-    first = rig.run(DAY, faults={"prepare": ["spark_dies", {"kind": "worker", "partition": 1}]})
+    first = rig.start(
+        DAY,
+        faults={
+            "prepare": ["spark_dies", {"kind": "worker", "partition": 1}],
+            "abort": ["abort_pauses", {}],
+        },
+    )
+    # The kill landed mid-write: at the pause before the abort, the killed partition's own
+    # transaction is still Ongoing with the records it delivered open in the log (counted
+    # on its producer id, not on the topic), and no partition's committable was recorded.
+    rig.reached("abort", first)
+    killed = rig.killed_at("spark-worker")
+    assert killed["partition"] == 1, killed
+    ids = rig.batch(DAY).transactional_ids
+    [victim] = protocol.describe_transactions([ids[1]])
+    assert victim.state.value == "Ongoing", victim
+    delivered = open_records_of(protocol, rig.topic, victim.producer_id)
+    assert 0 < delivered <= killed["rows"], (delivered, killed)
+    # The decision came after the failed prepare: ABORT, the batch never left PREPARING.
+    batch = rig.batch(DAY)
+    assert batch.state.value == "ABORT_DECIDED" and "PREPARING" in batch.verdict_reason, batch
+    assert rig.participants(DAY) == []
+    rig.go("abort")
+    first = first.wait()
 
     assert first.state == "failed", first.tail()
-    assert rig.killed_at("spark-worker")["partition"] == 1
     assert first.tasks["prepare"] == "failed" and first.tasks["abort"] == "failed"
     assert "PREPARING" in first.result["verdict"]["reason"]
     # The dead job's transactions, and the killed task's records among them, are aborted.

@@ -117,3 +117,34 @@ def find_anomalies(state: FinalState) -> list[str]:
         if state.run_states.get(day) != "success":
             found.append(f"Airflow: the run of interval {day} is {state.run_states.get(day)}")
     return found
+
+
+def tally_strikes(events: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per fault kind: strikes, hits, and hits during in-flight work (the report's table)."""
+    tally: dict[str, dict[str, int]] = {}
+    for event in events:
+        row = tally.setdefault(event["kind"], {"strikes": 0, "hits": 0, "in_flight": 0})
+        row["strikes"] += 1
+        row["hits"] += bool(event.get("hit"))
+        row["in_flight"] += bool(event.get("in_flight"))
+    return dict(sorted(tally.items()))
+
+
+def find_nemesis_anomalies(events: list[dict[str, Any]], min_hits: dict[str, int]) -> list[str]:
+    """Where the nemesis proved nothing: a strike whose own code raised, and a fault kind
+    with fewer hits during in-flight work than ``min_hits`` asks (a soak whose faults found
+    no victim, or only idle ones, is not evidence)."""
+    found = [
+        f"nemesis: fault {e['index']} ({e['kind']}) raised: {e['error']}"
+        for e in events
+        if e.get("error")
+    ]
+    tally = tally_strikes(events)
+    for kind, minimum in sorted(min_hits.items()):
+        row = tally.get(kind, {"strikes": 0, "hits": 0, "in_flight": 0})
+        if row["in_flight"] < minimum:
+            found.append(
+                f"nemesis: {kind} hit in-flight work {row['in_flight']} times, not >= {minimum} "
+                f"({row['strikes']} strikes, {row['hits']} hits)"
+            )
+    return found

@@ -9,6 +9,7 @@ are Spark's Python workers (``pyspark.daemon`` and the workers it forks).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,4 +84,38 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter from ``/proc/<pid>/stat`` (R, S, T, Z, ...), None if gone."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
+def gone(pid: int) -> bool:
+    """Dead: no process, or a zombie its parent has not reaped yet."""
+    return state(pid) in (None, "Z", "X")
+
+
+def wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether ``pid`` died within ``timeout_s`` (a SIGKILL is not instant)."""
+    deadline = time.monotonic() + timeout_s
+    while not gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def wait_state(pid: int, letter: str, timeout_s: float) -> bool:
+    """Whether ``pid`` reached state ``letter`` (``T``: stopped by SIGSTOP) in time."""
+    deadline = time.monotonic() + timeout_s
+    while state(pid) != letter:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
     return True

@@ -54,7 +54,7 @@ from tests.scheduler_support import (
 )
 
 from . import procs
-from .checker import FinalState, find_anomalies
+from .checker import FinalState, find_anomalies, find_nemesis_anomalies, tally_strikes
 from .schedule import TASK_TARGETS, Fault, fault_schedule
 
 #: How often a run that failed after the heal is re-run (cleared whole) by the soak.
@@ -62,6 +62,18 @@ RERUN_ROUNDS = 3
 #: How long a task kill waits for a process of its target kind to appear.
 TARGET_WAIT_S = 30.0
 GROUP = "export_orders"
+#: The long soak's minimum hits during in-flight work, per fault kind. Every kind is struck
+#: in the first six faults and the default soak strikes about 50 times over some 7 minutes
+#: of runs; a task kill can find no process of its kind (abort, recover are rare), so it
+#: needs more strikes per hit than the others.
+LONG_MIN_HITS: dict[str, int] = {
+    "kill_task": 3,
+    "kill_broker": 1,
+    "pause_broker": 1,
+    "restart_postgres": 1,
+    "drop_connections": 1,
+    "clear_task": 1,
+}
 
 
 class DurablePostgres(RestartablePostgres):
@@ -86,6 +98,8 @@ class SoakConfig:
     retry_delay_s: float = 5.0
     java_witness: bool = True
     workdir: Path = Path(".kafka2pc-soak")
+    #: Fault kind -> hits during in-flight work the checker demands (missing kind: 0).
+    min_hits: dict[str, int] = field(default_factory=lambda: dict(LONG_MIN_HITS))
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -182,7 +196,14 @@ def world(config: SoakConfig, workdir: Path) -> Iterator[World]:
 
 
 class Nemesis:
-    """Carries out one :class:`Fault` at a time on the world; says what it hit."""
+    """Carries out one :class:`Fault` at a time on the world; says what it hit.
+
+    Every strike returns ``victim`` and ``result`` (what it did), ``hit`` (the evidence
+    that the fault landed: the pid alive just before and dead after, the node down and
+    back, the connections the proxy cut, the server's new pid, the task's state changed)
+    and ``in_flight`` (work under way at the moment it struck: tasks running, transactions
+    open on the broker), so the checker counts hits during work, not strikes.
+    """
 
     def __init__(self, w: World, config: SoakConfig) -> None:
         self.w = w
@@ -192,7 +213,20 @@ class Nemesis:
     def strike(self, fault: Fault) -> dict[str, Any]:
         return getattr(self, f"_{fault.kind.value}")(fault)
 
-    # Each returns what it did: {"victim": ..., "result": ...}.
+    def _in_flight(self) -> dict[str, Any]:
+        """What was under way now: the running task instances (the scheduler's table) and
+        the export's open transactions (ListTransactions); ``any`` if either is non-empty."""
+        running = sorted(
+            f"{ti['run_id']} {ti['task']}"
+            for ti in self.w.deployment.task_instances()
+            if ti["state"] == "running"
+        )
+        try:
+            open_now = open_on_broker(self.w.deployment)
+        except Exception as exc:  # a broker fault may be healing: the tasks still say
+            open_now = [f"ListTransactions failed: {exc!r}"[:200]]
+        listed = [t for t in open_now if not t.startswith("ListTransactions failed")]
+        return {"running": running, "open": open_now, "any": bool(running or listed)}
 
     def _task_processes(self) -> dict[str, list[tuple[procs.Proc, dict[str, Any]]]]:
         """The deployment's task processes now, by target kind, with their task instance."""
@@ -218,21 +252,37 @@ class Nemesis:
     def _kill_task(self, fault: Fault) -> dict[str, Any]:
         """SIGKILL a process of the fault's target kind, waiting up to
         :data:`TARGET_WAIT_S` for one: the prepare runs most of the time, so without the wait
-        nearly every kill would hit it and the short tasks (decide, commit) almost never."""
+        nearly every kill would hit it and the short tasks (decide, commit) almost never.
+        A hit: the pid was alive (not a zombie) just before the signal and dead after."""
         target = fault.target
         deadline = time.monotonic() + TARGET_WAIT_S
         while not (candidates := self._task_processes()[target]):
             if time.monotonic() > deadline or _all_final(self.w.deployment, self.config.intervals):
-                return {"victim": None, "result": f"no {target} process within {TARGET_WAIT_S} s"}
+                return {
+                    "victim": None,
+                    "hit": False,
+                    "in_flight": False,
+                    "result": f"no {target} process within {TARGET_WAIT_S} s",
+                }
             time.sleep(0.2)
         proc, ti = candidates[int(fault.pick * len(candidates))]
-        with contextlib.suppress(ProcessLookupError):
+        victim = f"{target} pid {proc.pid} of {ti['run_id']} {ti['task']} try {ti['try_number']}"
+        alive_before = not procs.gone(proc.pid)
+        try:
             os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            alive_before = False
+        died = alive_before and procs.wait_gone(proc.pid)
         return {
-            "victim": f"{target} pid {proc.pid} of {ti['run_id']} {ti['task']} "
-            f"try {ti['try_number']}",
-            "target_hit": target,
-            "result": "SIGKILL",
+            "victim": victim,
+            "target_hit": target if died else None,
+            "hit": died,
+            # The victim is a task process: its task was running when it died.
+            "in_flight": died,
+            "evidence": {"task_state": ti["state"], "alive_before": alive_before, "died": died},
+            "result": "SIGKILL: died"
+            if died
+            else ("SIGKILL: had already exited" if not alive_before else "SIGKILL: still alive"),
         }
 
     def _healthy_first(self, timeout_s: float = 120.0) -> None:
@@ -240,51 +290,85 @@ class Nemesis:
         self.w.cluster.wait_healthy(timeout_s)
 
     def _kill_broker(self, fault: Fault) -> dict[str, Any]:
+        """``kill -9`` of a pooled id's coordinator; a hit: its pid alive before, dead after."""
         self._healthy_first()
         slot = int(fault.pick * self.config.partitions)
         tid = naming.build(self.prefix, slot)
         node = self.w.cluster.transaction_coordinator(tid)
+        pid = self.w.cluster.node(node).pid
+        assert pid is not None
+        flight = self._in_flight()
+        alive_before = not procs.gone(pid)
         self.w.cluster.kill(node)
+        down_at = self.w.now_s()
+        died = alive_before and procs.wait_gone(pid)
         time.sleep(fault.duration_s)
         began = time.monotonic()
         self.w.cluster.restart(node, timeout_s=180)
+        back_at = self.w.now_s()
         return {
-            "victim": f"node {node} (coordinator of {tid})",
-            "result": f"killed -9, down {fault.duration_s:.1f} s, whole again "
-            f"{time.monotonic() - began:.1f} s after its restart",
+            "victim": f"node {node} pid {pid} (coordinator of {tid})",
+            "hit": died,
+            "in_flight": died and flight["any"],
+            "evidence": {"down_at_s": down_at, "back_at_s": back_at, "pid": pid, **flight},
+            "result": f"killed -9 ({'died' if died else 'NOT dead'}), "
+            f"down {fault.duration_s:.1f} s, "
+            f"whole again {time.monotonic() - began:.1f} s after its restart",
         }
 
     def _pause_broker(self, fault: Fault) -> dict[str, Any]:
+        """SIGSTOP of a node past its session timeout; a hit: its state was T (stopped)."""
         self._healthy_first()
         ids = self.w.cluster.node_ids
         node = ids[int(fault.pick * len(ids))]
         pid = self.w.cluster.node(node).pid
         assert pid is not None
+        flight = self._in_flight()
         os.kill(pid, signal.SIGSTOP)
+        stopped_at = self.w.now_s()
         try:
+            stopped = procs.wait_state(pid, "T", timeout_s=5.0)
             time.sleep(fault.duration_s)
         finally:
             os.kill(pid, signal.SIGCONT)
+        resumed_at = self.w.now_s()
         began = time.monotonic()
         self.w.cluster.wait_healthy(180)
         self.w.cluster.balance_leaders(60)
         return {
             "victim": f"node {node} pid {pid}",
-            "result": f"SIGSTOP {fault.duration_s:.1f} s, whole again "
-            f"{time.monotonic() - began:.1f} s after SIGCONT",
+            "hit": stopped,
+            "in_flight": stopped and flight["any"],
+            "evidence": {"stopped_at_s": stopped_at, "resumed_at_s": resumed_at, **flight},
+            "result": f"SIGSTOP {fault.duration_s:.1f} s "
+            f"({'stopped' if stopped else 'NOT seen stopped'}), "
+            f"whole again {time.monotonic() - began:.1f} s after SIGCONT",
         }
 
     def _restart_postgres(self, fault: Fault) -> dict[str, Any]:
+        """Crash-restart of the ledger's server; a hit: it ran before, under a new pid after."""
+        flight = self._in_flight()
+        before = self.w.ledger_server.postmaster_pid()
         began = time.monotonic()
         self.w.ledger_server.restart()
+        after = self.w.ledger_server.postmaster_pid()
+        hit = before is not None and after is not None and after != before
         return {
             "victim": "the ledger's PostgreSQL server",
-            "result": f"crash-restarted (-m immediate) in {time.monotonic() - began:.1f} s",
+            "hit": hit,
+            "in_flight": hit and flight["any"],
+            "evidence": {"pid_before": before, "pid_after": after, **flight},
+            "result": f"crash-restarted (-m immediate) in {time.monotonic() - began:.1f} s, "
+            f"pid {before} -> {after}",
         }
 
     def _drop_connections(self, fault: Fault) -> dict[str, Any]:
+        """Connections to one node (or all) cut and refused by the proxies; a hit: at least
+        one connection was cut or refused (clients and replica fetchers use the proxies)."""
         ids = sorted(self.w.proxies)
         nodes = ids if fault.pick < 0.25 else [ids[int((fault.pick - 0.25) / 0.75 * len(ids))]]
+        flight = self._in_flight()
+        before = {n: (self.w.proxies[n].dropped, self.w.proxies[n].refused) for n in nodes}
         for node in nodes:
             self.w.proxies[node].set_mode(Mode.DROP)
         try:
@@ -292,27 +376,42 @@ class Nemesis:
         finally:
             for node in nodes:
                 self.w.proxies[node].set_mode(Mode.PASS)
+        dropped = sum(self.w.proxies[n].dropped - before[n][0] for n in nodes)
+        refused = sum(self.w.proxies[n].refused - before[n][1] for n in nodes)
+        hit = dropped + refused > 0
         return {
             "victim": f"proxies of nodes {nodes}",
-            "result": f"dropped and refused for {fault.duration_s:.1f} s",
+            "hit": hit,
+            "in_flight": hit and flight["any"],
+            "evidence": {"dropped": dropped, "refused": refused, **flight},
+            "result": f"dropped and refused for {fault.duration_s:.1f} s: "
+            f"{dropped} connections cut, {refused} refused",
         }
 
     def _clear_task(self, fault: Fault) -> dict[str, Any]:
+        """``airflow tasks clear`` of a finished task; a hit: the CLI succeeded and the task
+        instance left the finished state it had (Airflow will run it again)."""
         finished = [
             ti
             for ti in self.w.deployment.task_instances()
             if ti["state"] in ("success", "failed", "skipped")
         ]
         if not finished:
-            return {"victim": None, "result": "no finished task"}
+            return {"victim": None, "hit": False, "in_flight": False, "result": "no finished task"}
         ti = finished[int(fault.pick * len(finished))]
         logical = self._logical(ti["run_id"])
+        flight = self._in_flight()
         done = self.w.deployment.airflow(
             "tasks",
             "clear",
             DAG_ID,
+            # Airflow 3.3.2 matches --task-regex as a substring of the task id (the
+            # serialized DAG's partial_subset: `task_ids in t.task_id`), not a regex: an
+            # anchored pattern matched nothing, so every clear before this was a no-op.
+            # The group-qualified id is a substring of exactly one task (and a regex
+            # matching it, should Airflow go back to regexes).
             "--task-regex",
-            f"^{GROUP}\\.{ti['task']}$",
+            f"{GROUP}.{ti['task']}",
             "--start-date",
             logical,
             "--end-date",
@@ -320,9 +419,28 @@ class Nemesis:
             "--yes",
             check=False,
         )
+        # Airflow 3 gives a cleared task instance a new id: find it by run and task.
+        now = next(
+            (
+                t
+                for t in self.w.deployment.task_instances()
+                if (t["run_id"], t["task"]) == (ti["run_id"], ti["task"])
+            ),
+            None,
+        )
+        changed = now is not None and (
+            now["id"] != ti["id"]
+            or now["state"] != ti["state"]
+            or now["try_number"] != ti["try_number"]
+        )
+        hit = done.returncode == 0 and changed
         return {
             "victim": f"{ti['run_id']} {ti['task']} ({ti['state']}, try {ti['try_number']})",
-            "result": f"airflow tasks clear exit {done.returncode}",
+            "hit": hit,
+            "in_flight": hit and flight["any"],
+            "evidence": {"after": (now or {}).get("state"), **flight},
+            "result": f"airflow tasks clear exit {done.returncode}, "
+            f"now {(now or {}).get('state')} try {(now or {}).get('try_number')}",
         }
 
     def _logical(self, run_id: str) -> str:
@@ -538,19 +656,40 @@ def run_soak(config: SoakConfig, log: Any = print) -> SoakResult:
                 try:
                     event.update(nemesis.strike(fault))
                 except Exception as exc:
-                    event.update({"victim": None, "result": f"nemesis error: {exc!r}"[:500]})
+                    # Not swallowed: the checker reports it as an anomaly (a nemesis that
+                    # breaks in its own code proves nothing about the export).
+                    event.update(
+                        {
+                            "victim": None,
+                            "hit": False,
+                            "in_flight": False,
+                            "error": f"{exc!r}"[:500],
+                            "result": "nemesis error",
+                        }
+                    )
+                    nemesis.heal()
                 event["ended_s"] = w.now_s()
                 history["faults"].append(event)
+                mark = "HIT" if event["hit"] else "MISS"
+                if event["hit"] and not event["in_flight"]:
+                    mark = "HIT (nothing in flight)"
                 log(
                     f"  fault {fault.index} at {event['started_s']:.0f} s {fault.kind.value}: "
-                    f"{event.get('victim')}: {event['result']}"
+                    f"{mark}: {event.get('victim')}: {event['result']}"
+                    + (f": {event['error']}" if "error" in event else "")
                 )
             nemesis_s = w.now_s()
             history["heal"] = nemesis.heal()
             log(
-                f"nemesis done after {nemesis_s:.0f} s, {len(history['faults'])} faults; healed: "
-                f"{history['heal']}"
+                f"nemesis done after {nemesis_s:.0f} s, {len(history['faults'])} strikes, "
+                f"{sum(1 for e in history['faults'] if e['hit'])} hits; healed: {history['heal']}"
             )
+            for kind, row in tally_strikes(history["faults"]).items():
+                log(
+                    f"  {kind}: {row['strikes']} strikes, {row['hits']} hits, "
+                    f"{row['in_flight']} during in-flight work "
+                    f"(at least {config.min_hits.get(kind, 0)} asked)"
+                )
             settled = _wait_final(d, config.intervals, config.settle_s)
             for round_ in range(1, RERUN_ROUNDS + 1):
                 failed = [r for r in d.runs() if r["state"] == "failed"]
@@ -570,19 +709,20 @@ def run_soak(config: SoakConfig, log: Any = print) -> SoakResult:
             finished_s = w.now_s()
             # Whatever is still open was left by something recovery should have finished.
             state, ledger_view = read_final_state(w, config, days)
+            # The export's anomalies first (the gravest), then where the nemesis proved nothing.
             anomalies = find_anomalies(state)
+            anomalies += find_nemesis_anomalies(history["faults"], config.min_hits)
             if not settled:
                 anomalies.insert(0, f"runs not finished {config.settle_s:.0f} s after the heal")
             attempts = _attempts(d)
-            counts: dict[str, int] = {}
-            for event in history["faults"]:
-                kind = event["kind"] if event.get("victim") else f"{event['kind']} (no victim)"
-                counts[kind] = counts.get(kind, 0) + 1
+            tally = tally_strikes(history["faults"])
             figures = {
                 "seed": config.seed,
                 "intervals": config.intervals,
-                "faults": len(history["faults"]),
-                "faults_by_kind": dict(sorted(counts.items())),
+                "strikes": len(history["faults"]),
+                "hits": sum(1 for e in history["faults"] if e["hit"]),
+                "hits_in_flight": sum(1 for e in history["faults"] if e["in_flight"]),
+                "by_kind": tally,
                 "task_kills_by_target": _by(history["faults"], "target_hit"),
                 "task_attempts": len(attempts),
                 "failed_attempts": sum(

@@ -8,6 +8,8 @@ committed, and so is a success answer. ``LOST`` means aborted before our commit.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from airflow_provider_kafka2pc.transaction.controller import (
@@ -17,24 +19,78 @@ from airflow_provider_kafka2pc.transaction.controller import (
     classify_end_txn,
 )
 from airflow_provider_kafka2pc.transaction.protocol import ControlType, ErrorCode
+from devtools.broker_answers import COL_ANSWER, COL_OUTCOME, COL_V5, read_document
 
 E = ErrorCode
 A = EndTxnAction
 
-EXPECTED_END_TXN_ACTIONS = {
-    E.NONE: A.VERIFY,
+#: What a real broker answered to EndTxn, situation by situation: docs/broker-answers.md,
+#: printed from Apache Kafka 4.4.0 and 3.9.2 by scripts/broker_answers.py and replayed live by
+#: tests/test_broker_answers.py. The actions of the answers seen there are derived from what
+#: the broker did, not copied from the product's table (below).
+BROKER_ANSWERS = read_document(Path(__file__).resolve().parents[3] / "docs" / "broker-answers.md")
+
+
+def _observed() -> list[tuple[str, str, str, str]]:
+    """(where, request, answer, what the transaction really became) for every final EndTxn
+    answer a real broker gave, the controller's and the bare v5 one."""
+    fate = {
+        "COMMITTED": "committed",
+        "ALREADY_COMMITTED": "committed",
+        "LOST": "aborted",
+        "TransactionInDoubtError": "unknown",
+    }
+    seen = []
+    for (version, heading), rows in BROKER_ANSWERS.items():
+        for situation, cells in rows.items():
+            truth = fate[cells[COL_OUTCOME]]
+            cells_seen = [cells[COL_ANSWER].split(": ", 1)[1]]
+            if cells.get(COL_V5):
+                cells_seen.append(cells[COL_V5])
+            for answers in cells_seen:
+                *_, final = answers.split(" → ")
+                where = f"{version} {heading.removeprefix('### ')}: {situation}"
+                seen.append((where, cells["request"], final, truth))
+    return seen
+
+
+OBSERVED = _observed()
+
+
+def _derived_action(answer: str) -> EndTxnAction:
+    """The action a real broker's answers call for. A success answer the broker also gave
+    where the request did not take effect (a bare v5 abort of a committed transaction
+    answered NONE) proves nothing alone: confirm it from the markers (VERIFY). An error
+    answer the broker gave to a transaction whose fate was already sealed, committed or
+    aborted or unknown, says nothing about which: the log decides (RESOLVE_FROM_LOG)."""
+    if answer == "NONE":
+        assert any(
+            a == "NONE" and truth != {"commit": "committed", "abort": "aborted"}[request]
+            for _, request, a, truth in OBSERVED
+        ), "the broker never answered NONE to a request that did not take effect"
+        return A.VERIFY
+    fates = {truth for _, _, a, truth in OBSERVED if a == answer}
+    assert fates, answer
+    return A.RESOLVE_FROM_LOG
+
+
+#: The answers the brokers gave in docs/broker-answers.md, with their derived actions.
+OBSERVED_ACTIONS = {E[a]: _derived_action(a) for a in sorted({o[2] for o in OBSERVED})}
+#: Answers no single broker gives on demand (a coordinator moving or loading, a concurrent
+#: end, a timeout, authorization), with the action Kafka's protocol documents for them:
+#: retriable ones are retried (after finding the coordinator again where it moved),
+#: authorization failures are not.
+PROTOCOL_ACTIONS = {
     E.COORDINATOR_LOAD_IN_PROGRESS: A.REFIND_COORDINATOR,
     E.COORDINATOR_NOT_AVAILABLE: A.REFIND_COORDINATOR,
     E.NOT_COORDINATOR: A.REFIND_COORDINATOR,
     E.CONCURRENT_TRANSACTIONS: A.RETRY,
     E.REQUEST_TIMED_OUT: A.RETRY,
-    E.PRODUCER_FENCED: A.RESOLVE_FROM_LOG,
     E.INVALID_PRODUCER_EPOCH: A.RESOLVE_FROM_LOG,
-    E.INVALID_TXN_STATE: A.RESOLVE_FROM_LOG,
-    E.INVALID_PRODUCER_ID_MAPPING: A.RESOLVE_FROM_LOG,
     E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: A.FATAL,
     E.CLUSTER_AUTHORIZATION_FAILED: A.FATAL,
 }
+EXPECTED_END_TXN_ACTIONS = {**PROTOCOL_ACTIONS, **OBSERVED_ACTIONS}
 WHY = {
     A.VERIFY: "accepted, confirmed from the markers",
     A.REFIND_COORDINATOR: "the coordinator moved or is loading",
@@ -63,6 +119,23 @@ def test_every_end_txn_answer_maps_to_exactly_one_action(code, action):
 
 def test_the_end_txn_table_lists_exactly_the_answers_that_are_not_fatal():
     assert dict(END_TXN_ACTIONS) == EXPECTED_END_TXN_ACTIONS
+
+
+def test_the_broker_answers_document_holds_every_situation_on_both_versions():
+    """The derivation stands on the real broker's rows: none may silently go missing."""
+    assert set(OBSERVED_ACTIONS) >= {E.NONE, E.PRODUCER_FENCED, E.INVALID_TXN_STATE}
+    # 4.4.0: 7 classic rows (the controller's answer and the bare v5 one) and 7 KIP-890
+    # rows; 3.9.2: 7 classic rows.
+    assert len(OBSERVED) == 7 * 2 + 7 + 7, len(OBSERVED)
+
+
+@pytest.mark.parametrize(
+    ("where", "request_", "answer", "truth"), OBSERVED, ids=[o[0] for o in OBSERVED]
+)
+def test_no_answer_a_real_broker_gave_is_taken_at_its_word(where, request_, answer, truth):
+    """Each final answer of docs/broker-answers.md leads to the markers (VERIFY or
+    RESOLVE_FROM_LOG): never a retry that cannot change it, never FATAL for a sealed fate."""
+    assert classify_end_txn(E[answer]) in (A.VERIFY, A.RESOLVE_FROM_LOG), (where, truth)
 
 
 @pytest.mark.parametrize(
