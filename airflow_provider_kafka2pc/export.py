@@ -33,6 +33,7 @@ from .operators.finish import KafkaTransactionAbortOperator, KafkaTransactionCom
 from .operators.prepare import SparkKafkaPrepareOperator
 from .sensors.dangling import KafkaDanglingTransactionSensor
 from .spark.job import check_num_partitions, source_arguments
+from .spark.writers import PYTHON_WRITER, check_writer
 from .transaction import naming
 from .transaction.naming import default_prefix as default_id_prefix
 from .utils.assets import topic_alias, topic_asset
@@ -105,6 +106,7 @@ def kafka_exactly_once_export(
     spark_binary: str | None = None,
     manifest_dir: str | None = None,
     partitioning: str | None = None,
+    writer: str = PYTHON_WRITER,
     prepare_kwargs: Mapping[str, Any] | None = None,
     grace_period: timedelta | None = None,
     deferrable: bool = False,
@@ -146,6 +148,8 @@ def kafka_exactly_once_export(
         the worker both reach); default a temporary local directory.
     :param partitioning: ``"source-splits"``: no shuffle, each of the source's own file
         splits is one transaction (docs/partitioning.md); None: aligned with Kafka or by hash.
+    :param writer: ``"python"`` (confluent-kafka in Spark's Python workers) or ``"jvm"``
+        (Kafka's Java producer inside the executors; docs/jvm-writer.md).
     :param prepare_kwargs: more :class:`SparkSubmitOperator` arguments (executor_memory, ...).
     :param grace_period: when another run's batch counts as abandoned; None:
         ``[kafka2pc] grace_period_s`` (1 h unless configured).
@@ -175,6 +179,8 @@ def kafka_exactly_once_export(
         export_id = export_id or f"{group.dag.dag_id}.{group.group_id}"
         id_prefix = id_prefix or default_id_prefix(export_id)
         naming.check_slots(id_prefix, num_partitions)
+        if "{{" not in writer:  # a templated writer is checked by the application
+            check_writer(writer)
         if asset is FROM_CONNECTION:
             asset = export_asset_alias(topic, kafka_conn_id)
         common = {
@@ -209,6 +215,7 @@ def kafka_exactly_once_export(
             transaction_timeout_ms=transaction_timeout_ms,
             manifest_dir=manifest_dir,
             partitioning=partitioning,
+            writer=writer,
             conf=dict(spark_conf or {}),
             spark_binary=spark_binary,
             **dict(prepare_kwargs or {}),

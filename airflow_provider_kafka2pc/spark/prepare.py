@@ -20,7 +20,7 @@ Order of work, chosen so that a transaction is open only while its records are w
 
 There is no counting pass before the write: the rows a partition read are its count,
 and a recomputed partition reads the same rows. Measured on 2M rows, caching the shuffled
-input and counting it first cost about a fifth of the prepare (README, "Where the time goes").
+input and counting it first cost about a fifth of the prepare (docs/performance.md).
 
 Loss repair re-runs the same prepare with ``repair``: the whole input is partitioned exactly
 as before (same ids, same number of partitions), cached, and its per-partition counts are

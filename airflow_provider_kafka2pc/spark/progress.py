@@ -5,7 +5,7 @@ one line to the Python worker's stderr when ``interval_s`` has passed since its 
 and one final line once the partition's records are delivered. The lines say rows written
 and the rate, not a share: the prepare reads its input once, so no partition's total is
 known before its last row (a counting pass first would cost about a fifth of the export;
-README, "Where the time goes"). Where the lines land is Spark's doing: with ``local[*]``
+docs/performance.md). Where the lines land is Spark's doing: with ``local[*]``
 (and client-mode executors on the driver's host) the Python workers' stderr is the
 spark-submit process's, which ``SparkSubmitOperator`` copies into the task log; on a cluster
 it is in each executor's log (the Spark UI), since executors cannot reach the task log.

@@ -52,8 +52,8 @@ class RecordChunk:
     """Records handed to the writer together (one Arrow batch), column by column.
 
     Why columns: the writer then loops over plain lists in one tight loop per chunk, with
-    no per-record tuple, generator step or branch in between (README, "Where the time
-    goes"). ``headers`` is None when no record of the chunk has any.
+    no per-record tuple, generator step or branch in between (docs/performance.md).
+    ``headers`` is None when no record of the chunk has any.
     """
 
     keys: Sequence[bytes | None]
@@ -186,7 +186,7 @@ class TransactionalWriter:
         stalled queue gets beyond the delivery timeout.
     :param batch_produce: queue each chunk without headers in one ``produce_batch`` call
         (confluent-kafka 2.12+) instead of one ``produce()`` call per record; an option
-        until measured (README, "Where the time goes").
+        until measured (docs/performance.md).
 
     Every wait is bounded. A record is delivered within the delivery timeout
     (``message.timeout.ms``; :attr:`delivery_timeout_ms`) or fails; librdkafka would
