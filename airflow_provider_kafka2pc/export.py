@@ -215,10 +215,10 @@ def kafka_exactly_once_export(
             transaction_timeout_ms=transaction_timeout_ms,
             manifest_dir=manifest_dir,
             partitioning=partitioning,
-            writer=writer,
             conf=dict(spark_conf or {}),
             spark_binary=spark_binary,
-            **dict(prepare_kwargs or {}),
+            # prepare_kwargs may name the writer too (as it could before writer= existed).
+            **{"writer": writer, **dict(prepare_kwargs or {})},
             **common,
         )
         commit = classes["commit"](

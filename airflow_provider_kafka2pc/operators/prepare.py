@@ -419,8 +419,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         except ConfigurationError as exc:
             raise RepairImpossibleError(f"the prepare's source is unusable: {exc}") from exc
         path = self.source.get("path")
-        local = local_path(str(path)) if path and not self._on_connect() else None
-        if local is not None and not local.exists():
+        local = local_path(str(path)) if path else None
+        if local is not None and not local.exists() and not self._reads_remotely():
             raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
         repair_args = repair_arguments(participants, lost, batch.partitioning, batch.source_splits)
         kafka = Kafka2pcHook(self.kafka_conn_id)
@@ -555,6 +555,14 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
 
     def _on_connect(self) -> bool:
         return spark_mode(self.spark_conn_id, self.spark_mode) == CONNECT
+
+    def _reads_remotely(self) -> bool:
+        """The source's paths are a Connect server's, not this machine's. Without a Spark
+        connection they are ours: the missing path is the first thing to say."""
+        try:
+            return self._on_connect()
+        except ConfigurationError:
+            return False
 
     @contextmanager
     def _registry_file(self) -> Iterator[Path | None]:
