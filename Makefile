@@ -31,7 +31,7 @@ OLDEST_TESTS := tests/airflow/test_provider.py tests/airflow/test_example_dag.py
 	tests/airflow/test_parse_without_connections.py \
 	tests/test_cli.py::test_demo_proves_exactly_once_then_writes_nothing_again \
 	tests/airflow/test_export_happy.py tests/airflow/test_verdict.py \
-	tests/airflow/test_export_faults.py::test_decision_retried_after_dying_keeps_the_recorded_verdict \
+	tests/airflow/test_export_faults.py::test_decision_retried_after_raising_keeps_the_recorded_verdict \
 	tests/airflow/test_export_faults.py::test_failing_prepare_aborts_fences_its_ids_and_fails_the_run \
 	tests/airflow/test_recovery.py::test_sensor_resolves_dangling_batches_by_verdict_and_leaves_live_ones \
 	tests/airflow/test_recovery.py::test_deferred_sensor_recovers_in_its_trigger \
