@@ -272,6 +272,16 @@ def _finish(args: argparse.Namespace, result: ControlType) -> int:
         _emit(results[0].to_dict())
     else:
         _emit({"results": [r.to_dict() for r in results]})
+    for r in results:
+        if r.outcome is Outcome.LOST and result is ControlType.COMMIT:
+            # No ledger here to record a copy, so a second run could copy twice: the
+            # repair from the log is the ledger's (kafka2pc recover, the commit task).
+            print(
+                f"kafka2pc: {r.transactional_id} LOST ({r.reason}): its aborted records stay "
+                "in the log until retention removes them; `kafka2pc recover --export-id ...` "
+                "(with the export's ledger) copies them into a new transaction and commits it",
+                file=sys.stderr,
+            )
     return 0 if all(r.outcome in Outcome.sought(result) for r in results) else EXIT_FAILED
 
 
@@ -407,6 +417,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from .coordination.recovery import recover
+    from .transaction.log import LogReader
+    from .transaction.log_copy import LogCopy
 
     if args.grace_period_s < 0:
         raise ConfigurationError("--grace-period-s must be >= 0")
@@ -437,6 +449,9 @@ def _cmd_recover(args: argparse.Namespace) -> int:
             _protocol(args) as protocol,
         ):
             controller = TransactionController(protocol, RetryPolicy(deadline_s=args.deadline_s))
+            log_copy = (
+                None if args.no_repair_from_log else LogCopy(LogReader(protocol), _settings(args))
+            )
             report = recover(
                 ledger,
                 protocol,
@@ -445,6 +460,7 @@ def _cmd_recover(args: argparse.Namespace) -> int:
                 prefixes,
                 grace_period=timedelta(seconds=args.grace_period_s),
                 dry_run=args.dry_run,
+                log_copy=log_copy,
             )
     _emit(report.to_dict())
     for key, why in report.failed.items():
@@ -662,6 +678,12 @@ def _add_recover(commands: Any) -> None:
     )
     sub.add_argument(
         "--dry-run", action="store_true", help="report what would be done, touch nothing"
+    )
+    sub.add_argument(
+        "--no-repair-from-log",
+        action="store_true",
+        help="do not copy a lost participant of a COMMIT verdict from the log into a new "
+        "transaction (the default while its aborted records are retained); report it instead",
     )
     sub.add_argument(
         "--deadline-s",

@@ -11,8 +11,10 @@ docs/spark-connect.md). The prepare is split around that job:
 
 The job's parameters carry no secret; here the job takes the Kafka settings from the
 ``kafka_default`` connection because it runs in an Airflow worker (on a platform it would
-read its own secret store). Loss repair re-runs a prepare operator's job, which this DAG
-has not: its commit fails naming the lost partitions instead (``repair_lost=False``).
+read its own secret store). Loss repair copies a lost participant's records from the log
+(no Spark needed); a re-prepare from the source would re-run a prepare operator's job,
+which this DAG has not: when the records are gone from the log too, its commit fails
+naming the lost partitions.
 
 Settings from the environment at parse time (no connection is read while parsing):
 ``KAFKA2PC_ORDERS_TOPIC`` (``orders``), ``KAFKA2PC_ORDERS_ROWS`` (10,000),
@@ -100,7 +102,7 @@ with DAG(
         prepare_in_job(orders, parameters, producer_config=settings)
 
     record = KafkaPrepareRecordOperator(task_id="record", lease_task_id="lease", **common)
-    commit = KafkaTransactionCommitOperator(task_id="commit", repair_lost=False, **common)
+    commit = KafkaTransactionCommitOperator(task_id="commit", **common)
     abort = KafkaTransactionAbortOperator(task_id="abort", **common)
     decide = KafkaTransactionDecisionOperator(
         task_id="decide", commit_task_id="commit", abort_task_id="abort", **common

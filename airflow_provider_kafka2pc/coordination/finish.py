@@ -7,11 +7,18 @@ batch returns it unchanged.
 
 Loss repair: a participant of a COMMIT verdict that the broker aborted first (its
 transaction outlived its timeout, or was fenced) is recorded LOST; its records are not in
-the topic. Given a way to re-prepare (``reprepare``), the commit recomputes exactly those
-partitions from the deterministic input, records each new committable in place of the lost
-one (LOST -> PREPARED) and commits it, so the batch still ends COMMITTED exactly once.
-Where the input cannot give the same partitions again, :class:`RepairImpossibleError`
-names them and their rows, and the batch stays COMMIT_DECIDED for an operator.
+the topic. Two ways to write them again, tried in this order per lost participant:
+
+1. *from the log* (``log_copy``): its aborted records are still in the log until
+   retention removes them; :class:`~..transaction.log_copy.LogCopy` copies them into a
+   new transaction under the same transactional id. No Spark, no source.
+2. *from the source* (``reprepare``): for the participants not (fully) in the log, the
+   commit recomputes exactly those partitions from the deterministic input.
+
+Each new committable is recorded in place of the lost one (LOST -> PREPARED) and
+committed, so the batch still ends COMMITTED exactly once. Where neither way gives the same
+records again, :class:`RepairImpossibleError` names the partitions, their rows and why,
+aborts any copy already made, and the batch stays COMMIT_DECIDED for an operator.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from ..errors import (
 from ..ledger import Batch, BatchKey, BatchState, Ledger, Participant, ParticipantState, Verdict
 from ..transaction.committable import Committable
 from ..transaction.controller import Outcome, Resolution, TransactionController
+from ..transaction.log_copy import CopyMismatchError, LogCopy, NotInLogError
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +89,8 @@ class Finished:
     notes: list[str] = field(default_factory=list)
     #: Lost partitions this call re-prepared and committed (loss repair).
     repaired: tuple[LostParticipant, ...] = ()
+    #: How each repaired partition was written again: ``"log"`` or ``"source"``.
+    repaired_from: dict[int, str] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -88,11 +98,21 @@ class Coordinator:
 
     :param ledger: the coordinator ledger (verdicts and outcomes).
     :param controller: finishes transactions on the broker.
+    :param log_copy: repairs a lost participant from the log, tried before any re-prepare
+        from the source; None: from the source only.
     """
 
-    def __init__(self, ledger: Ledger, controller: TransactionController) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        controller: TransactionController,
+        log_copy: LogCopy | None = None,
+    ) -> None:
         self.ledger = ledger
         self.controller = controller
+        self.log_copy = log_copy
+        #: How the last :meth:`repair` wrote each partition again ("log" or "source").
+        self.repaired_from: dict[int, str] = {}
 
     def batch(self, export_id: str, run_key: str) -> Batch:
         batch = self.ledger.get(export_id, run_key)
@@ -134,25 +154,27 @@ class Coordinator:
     ) -> Finished:
         """Finish a COMMIT verdict: every participant committed, then the batch COMMITTED.
 
-        A lost participant raises :class:`ParticipantLostError`, unless ``reprepare`` is
-        given: then the lost partitions are repaired (:meth:`repair`) and committed, up to
-        ``max_repairs`` rounds.
+        A lost participant raises :class:`ParticipantLostError`, unless this coordinator
+        has a ``log_copy`` or ``reprepare`` is given: then the lost partitions are repaired
+        (:meth:`repair`) and committed, up to ``max_repairs`` rounds.
         """
         started = time.monotonic()
         repaired: list[LostParticipant] = []
+        sources: dict[int, str] = {}
         done: list[Resolution] = []  # every round's outcomes, for what this call did
         rounds = 0
         while True:
             try:
                 finished = self._commit_once(export_id, run_key, started, done)
             except ParticipantLostError:
-                if reprepare is None or rounds >= max_repairs:
+                if (reprepare is None and self.log_copy is None) or rounds >= max_repairs:
                     raise
                 rounds += 1
                 repaired += self.repair(export_id, run_key, reprepare)
+                sources.update(self.repaired_from)
                 continue
             if repaired:
-                finished = _with_repaired(finished, repaired)
+                finished = _with_repaired(finished, repaired, sources)
             return finished
 
     def _commit_once(
@@ -204,12 +226,17 @@ class Coordinator:
 
     # -- loss repair ------------------------------------------------------------
 
-    def repair(self, export_id: str, run_key: str, reprepare: Reprepare) -> list[LostParticipant]:
-        """Re-prepare a COMMIT_DECIDED batch's LOST participants and record them PREPARED.
+    def repair(
+        self, export_id: str, run_key: str, reprepare: Reprepare | None = None
+    ) -> list[LostParticipant]:
+        """Write a COMMIT_DECIDED batch's LOST participants again and record them PREPARED:
+        each from the log when it is all still there (``log_copy``), the others by
+        ``reprepare`` from the source.
 
         Each new committable must be the lost partition's own transactional id with the
         recorded number of rows; anything else is refused (and the new transactions are
-        aborted) with :class:`RepairImpossibleError`. Commits nothing itself.
+        aborted) with :class:`RepairImpossibleError`, as is a participant neither way can
+        write. Commits nothing itself.
         """
         batch = self.batch(export_id, run_key)
         label = BatchKey(export_id, run_key)
@@ -226,15 +253,50 @@ class Coordinator:
         names = ", ".join(str(lp) for lp in described)
         log.warning(
             "%s: verdict COMMIT, but %d participants were LOST on the broker (%s): "
-            "re-preparing them from the source",
+            "writing them again (%s)",
             label,
             len(lost),
             names,
+            "from the log, else from the source" if self.log_copy else "from the source",
         )
-        try:
-            fresh = dict(reprepare(batch, participants, lost))
-        except RepairImpossibleError as exc:
-            raise RepairImpossibleError(_impossible(batch, described, str(exc)), described) from exc
+        self.repaired_from = {}
+        fresh, not_in_log = self._copy_from_log(label, lost)
+        rest = [p for p in lost if p.index not in fresh]
+        if rest:
+            try:
+                if reprepare is None:
+                    raise RepairImpossibleError(
+                        "not in the log ("
+                        + "; ".join(f"partition {p.index}: {not_in_log[p.index]}" for p in rest)
+                        + ") and no way to re-prepare from the source here"
+                    )
+                log.warning(
+                    "%s: re-preparing partitions %s from the source (%s)",
+                    label,
+                    [p.index for p in rest],
+                    "; ".join(
+                        f"partition {p.index}: {not_in_log.get(p.index, 'no log copy')}"
+                        for p in rest
+                    ),
+                )
+                reprepared = dict(reprepare(batch, participants, rest))
+            except RepairImpossibleError as exc:
+                self._discard(fresh.values())
+                why = str(exc)
+                if not_in_log and reprepare is not None:
+                    why += "; not in the log: " + "; ".join(
+                        f"partition {i}: {r}" for i, r in sorted(not_in_log.items())
+                    )
+                raise RepairImpossibleError(_impossible(batch, described, why), described) from exc
+            except BaseException:
+                self._discard(fresh.values())
+                raise
+            for index in reprepared:
+                self.repaired_from.setdefault(index, "source")
+            overlap = set(fresh) & set(reprepared)
+            fresh.update({i: c for i, c in reprepared.items() if i not in overlap})
+            if overlap:  # a re-prepare that also wrote partitions copied from the log
+                self._discard(reprepared[i] for i in overlap)
         problems = _mismatches(lost, fresh)
         if problems:
             self._discard(fresh.values())
@@ -250,11 +312,47 @@ class Coordinator:
             self._discard(c for i, c in fresh.items() if i not in recorded)
             raise
         log.info(
-            "%s: re-prepared %s; recorded LOST -> PREPARED, committing them now",
+            "%s: wrote %s again (%s); recorded LOST -> PREPARED, committing them now",
             label,
             names,
+            ", ".join(f"partition {i} from the {w}" for i, w in sorted(self.repaired_from.items())),
         )
         return described
+
+    def _copy_from_log(
+        self, label: BatchKey, lost: Sequence[Participant]
+    ) -> tuple[dict[int, Committable], dict[int, str]]:
+        """Copy each lost participant whose records are all still in the log; returns the
+        copies by partition index, and why each other one is not in the log."""
+        copies: dict[int, Committable] = {}
+        missing: dict[int, str] = {}
+        if self.log_copy is None:
+            return copies, missing
+        try:
+            for p in lost:
+                try:
+                    copies[p.index] = self.log_copy.copy(p.committable)
+                except NotInLogError as exc:
+                    missing[p.index] = exc.reason
+                    log.warning("%s: partition %d is not in the log: %s", label, p.index, exc.reason)
+                    continue
+                except CopyMismatchError as exc:
+                    self._discard([exc.copied])
+                    missing[p.index] = str(exc)
+                    continue
+                self.repaired_from[p.index] = "log"
+                log.info(
+                    "%s: partition %d (%s): %d records copied from the log into a new "
+                    "transaction (no Spark, no source)",
+                    label,
+                    p.index,
+                    p.transactional_id,
+                    copies[p.index].record_count,
+                )
+        except BaseException:
+            self._discard(copies.values())
+            raise
+        return copies, missing
 
     def _discard(self, committables: Iterable[Committable]) -> None:
         """Abort re-prepared transactions that will not be recorded (best effort: they
@@ -360,14 +458,17 @@ def _impossible(batch: Batch, lost: Sequence[LostParticipant], why: str) -> str:
     return (
         f"batch {batch.key}: verdict COMMIT, but "
         f"{', '.join(str(lp) for lp in lost)} were LOST on the broker and cannot be "
-        f"re-prepared: {why}. Their {rows} rows are NOT in the topic; nothing was written "
+        f"written again: {why}. Their {rows} rows are NOT in the topic; nothing was written "
         "twice. The batch stays COMMIT_DECIDED with these participants LOST: restore the "
         "source as it was at the prepare and run the commit again, or export the missing "
         "rows by hand and settle the batch."
     )
 
 
-def _with_repaired(finished: Finished, repaired: Sequence[LostParticipant]) -> Finished:
+def _with_repaired(
+    finished: Finished, repaired: Sequence[LostParticipant], sources: Mapping[int, str]
+) -> Finished:
+    how = ", ".join(f"{lp} from the {sources.get(lp.index, 'source')}" for lp in repaired)
     return Finished(
         finished.batch,
         finished.resolutions,
@@ -375,8 +476,9 @@ def _with_repaired(finished: Finished, repaired: Sequence[LostParticipant]) -> F
         finished.records,
         finished.records_now,
         finished.seconds,
-        [*finished.notes, f"repaired {', '.join(str(lp) for lp in repaired)}"],
+        [*finished.notes, f"repaired {how}"],
         tuple(repaired),
+        dict(sources),
     )
 
 

@@ -13,6 +13,8 @@ from .. import defaults
 from ..coordination.finish import Coordinator
 from ..coordination.recovery import RecoveryReport, export_prefixes, recover
 from ..ledger import Ledger
+from ..transaction.log import LogReader
+from ..transaction.log_copy import LogCopy
 from .kafka2pc import Kafka2pcHook
 from .ledger import LedgerHook
 
@@ -42,9 +44,21 @@ class ExportHook(BaseHook):
             yield ledger
 
     @contextmanager
-    def coordinator(self) -> Iterator[Coordinator]:
-        with self.ledger() as ledger, self.kafka.controller() as controller:
-            yield Coordinator(ledger, controller)
+    def coordinator(self, *, repair_from_log: bool = False) -> Iterator[Coordinator]:
+        """The second phase's coordinator; ``repair_from_log``: it repairs lost
+        participants from the log first (:class:`~..transaction.log_copy.LogCopy`)."""
+        with (
+            self.ledger() as ledger,
+            self.kafka.protocol() as protocol,
+            self.kafka.controller(protocol) as controller,
+        ):
+            yield Coordinator(
+                ledger, controller, self.log_copy(protocol) if repair_from_log else None
+            )
+
+    def log_copy(self, protocol: Any) -> LogCopy:
+        """Loss repair from the log on ``protocol``, writing with this connection's settings."""
+        return LogCopy(LogReader(protocol), self.kafka.settings())
 
     def recover(
         self,
@@ -54,6 +68,7 @@ class ExportHook(BaseHook):
         id_prefix: str | None,
         grace_period: timedelta,
         dry_run: bool = False,
+        repair_from_log: bool = True,
     ) -> RecoveryReport:
         """One recovery round of ``export_id`` (:func:`~..coordination.recovery.recover`);
         the sensor's poke and the trigger's rounds both call this."""
@@ -69,4 +84,5 @@ class ExportHook(BaseHook):
                     grace_period=grace_period,
                     own_run_key=run_key,
                     dry_run=dry_run,
+                    log_copy=self.log_copy(protocol) if repair_from_log else None,
                 )

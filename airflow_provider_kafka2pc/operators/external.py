@@ -5,8 +5,10 @@ job (checks, lease, fence) and returns the job's parameters
 (:class:`~..spark.external.JobParameters`, no secret) as its XCom; the job calls
 :func:`~..spark.external.prepare_in_job` with them; :class:`KafkaPrepareRecordOperator`
 reads the manifest into the ledger and returns what the prepare operator returns, so
-the decide, commit and abort tasks follow unchanged. Loss repair needs the prepare
-operator (it runs the job again itself): give the commit task ``repair_lost=False``.
+the decide, commit and abort tasks follow unchanged. Loss repair copies a lost
+participant from the log (no Spark); from the source it is impossible here (only the
+prepare operator runs the job again), so once the log no longer holds the records the
+commit fails naming the lost partitions.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ clear picks up where the last try stopped. The abort task then FAILS, so that an
 aborted export shows as a failed run.
 
 The commit task also repairs loss: a participant the broker aborted before the commit
-(timed out, fenced) is re-prepared by the export's own prepare task, run again for just
-those partitions, and committed; see :mod:`..coordination.finish`.
+(timed out, fenced) is copied from the log into a new transaction while its records are
+still there (no Spark, no source), else re-prepared by the export's own prepare task, run
+again for just those partitions; then committed. See :mod:`..coordination.finish`.
 """
 
 from __future__ import annotations
@@ -72,7 +73,12 @@ class _FinishOperator(BaseOperator):
             "outcomes": {r.transactional_id: r.outcome.value for r in finished.resolutions},
             "fenced": list(finished.fenced),
             "repaired": [
-                {"partition": lp.index, "transactional_id": lp.transactional_id, "rows": lp.records}
+                {
+                    "partition": lp.index,
+                    "transactional_id": lp.transactional_id,
+                    "rows": lp.records,
+                    "from": finished.repaired_from.get(lp.index, "source"),
+                }
                 for lp in finished.repaired
             ],
         }
@@ -89,11 +95,13 @@ class KafkaTransactionCommitOperator(_FinishOperator):
     only.
 
     A participant found LOST (aborted on the broker before the commit, its transaction
-    timed out or fenced) is recorded LOST, re-prepared by the
-    export's prepare task for just its partition, and committed, so the batch still ends
-    COMMITTED exactly once. When the source no longer yields the recorded partitions the
-    task fails (no retry) naming the lost partitions and their rows; the batch stays
-    COMMIT_DECIDED with them LOST, for an operator.
+    timed out or fenced) is recorded LOST, written again and committed, so the batch still
+    ends COMMITTED exactly once: copied from the log while its aborted records are all
+    still there (``repair_from_log``; no Spark, no source, so also on the external-operator
+    path), else re-prepared by the export's prepare task for just its partition. When
+    neither gives the recorded records the task fails (no retry) naming the lost
+    partitions, their rows and why; the batch stays COMMIT_DECIDED with them LOST, for an
+    operator.
 
     :param export_id: the export. (templated)
     :param run_key: the run's key. (templated)
@@ -101,7 +109,8 @@ class KafkaTransactionCommitOperator(_FinishOperator):
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
     :param prepare_task_id: the :class:`SparkKafkaPrepareOperator` that prepared the batch,
         used again to re-prepare lost partitions; default: the one upstream of this task.
-    :param repair_lost: re-prepare lost participants (False: fail naming them instead).
+    :param repair_lost: repair lost participants (False: fail naming them instead).
+    :param repair_from_log: try the copy from the log first (False: from the source only).
     :param max_repairs: repair rounds one try may run (a repaired participant can be lost
         again when the commit is delayed past its timeout once more).
     """
@@ -113,6 +122,7 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         *,
         prepare_task_id: str | None = None,
         repair_lost: bool = True,
+        repair_from_log: bool = True,
         max_repairs: int = defaults.MAX_REPAIRS,
         **kwargs: Any,
     ) -> None:
@@ -121,6 +131,7 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         super().__init__(**kwargs)
         self.prepare_task_id = prepare_task_id
         self.repair_lost = repair_lost
+        self.repair_from_log = repair_from_log
         self.max_repairs = max_repairs
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -128,7 +139,8 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         with failing_permanent_errors():
             try:
                 hook = ExportHook(self.kafka_conn_id, self.ledger_conn_id)
-                with hook.coordinator() as coordinator:
+                from_log = self.repair_lost and self.repair_from_log
+                with hook.coordinator(repair_from_log=from_log) as coordinator:
                     finished = self.commit(context, coordinator)
             except RepairImpossibleError as exc:
                 self.log.error("%s: LOST and not repairable: %s", self.label, _lost(exc))
@@ -137,9 +149,12 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         if finished.repaired:
             self.log.warning(
                 "%s: repaired loss: %s were aborted on the broker after the COMMIT verdict; "
-                "re-prepared from the source and committed",
+                "written again and committed",
                 self.label,
-                ", ".join(str(lp) for lp in finished.repaired),
+                ", ".join(
+                    f"{lp} from the {finished.repaired_from.get(lp.index, 'source')}"
+                    for lp in finished.repaired
+                ),
             )
             Stats.incr(
                 "kafka2pc.commit.repaired_partitions",
@@ -231,7 +246,9 @@ class KafkaTransactionCommitOperator(_FinishOperator):
 
     def reprepare_with(self, context: Context) -> Reprepare:
         """Loss repair's re-prepare: the prepare task, its templates rendered for this run,
-        runs its Spark job again for the lost partitions only."""
+        runs its Spark job again for the lost partitions only. Without a prepare operator
+        (the Spark job runs elsewhere: operators/external.py) there is no way back to the
+        source: :class:`RepairImpossibleError`."""
 
         def reprepare(
             batch: Batch, participants: Sequence[Participant], lost: Sequence[Participant]
@@ -239,7 +256,10 @@ class KafkaTransactionCommitOperator(_FinishOperator):
             try:
                 prepare = self.prepare_task().prepare_for_execution()
             except ConfigurationError as exc:
-                raise RepairImpossibleError(str(exc)) from exc
+                raise RepairImpossibleError(
+                    f"no re-prepare from the source: {exc} (the Spark job runs outside "
+                    "this DAG's operators, e.g. the external-operator path)"
+                ) from exc
             prepare.render_template_fields(context)
             return prepare.reprepare(context, batch, participants, lost)
 

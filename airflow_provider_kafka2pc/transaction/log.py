@@ -101,9 +101,12 @@ class LogReader:
         start: int = 0,
         *,
         with_keys: bool = False,
+        with_records: bool = False,
         deadline: float | None = None,
+        end: int | None = None,
     ) -> Iterator[RecordBatch]:
-        """Every batch holding an offset >= ``start``, up to the end of the log.
+        """Every batch holding an offset >= ``start``, up to the end of the log (or the
+        batch holding ``end``); ``with_records`` decodes their data records too.
 
         The end is the high watermark of the latest answer (with READ_UNCOMMITTED every
         record below it is readable). Apache Kafka always returns at least the batch at
@@ -124,6 +127,7 @@ class LogReader:
                 deadline,
                 max_wait_ms=END_OF_LOG_WAIT_MS * (1 + empty),
                 with_keys=with_keys,
+                **({"with_records": True} if with_records else {}),
             )
             if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE and offset > start:
                 return
@@ -134,7 +138,7 @@ class LogReader:
             if fresh:
                 yield from fresh
                 offset, empty = fresh[-1].last_offset + 1, 0
-            if offset >= answer.high_watermark:
+            if offset >= answer.high_watermark or (end is not None and offset > end):
                 return
             if not fresh:
                 empty += 1

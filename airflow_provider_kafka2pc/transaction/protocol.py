@@ -161,8 +161,23 @@ class ControlType(enum.IntEnum):
 
 
 @dataclass(frozen=True)
+class LoggedRecord:
+    """One data record as the log holds it: what a loss repair copies (log_copy)."""
+
+    offset: int
+    #: The record's timestamp in epoch ms (CreateTime as the writer set it, or the
+    #: broker's LogAppendTime when the topic says so: see ``RecordBatch.log_append_time``).
+    timestamp: int
+    key: bytes | None
+    #: None for a tombstone.
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True)
 class RecordBatch:
-    """One record batch as stored in a partition's log, header fields only."""
+    """One record batch as stored in a partition's log: header fields, and the keys or
+    the whole records when asked for."""
 
     base_offset: int
     last_offset: int
@@ -174,6 +189,10 @@ class RecordBatch:
     keys: tuple[bytes | None, ...] = ()
     #: Records whose value is null (tombstones); counted only when keys are read.
     tombstones: int = 0
+    #: The data records, decoded (decompressed), only when asked for (``with_records``).
+    records: tuple[LoggedRecord, ...] = ()
+    #: The batch's timestamps are the broker's (LogAppendTime), not the writer's.
+    log_append_time: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,6 +255,7 @@ class TransactionProtocol(Protocol):
         max_wait_ms: int,
         with_keys: bool = False,
         max_bytes: int = ...,
+        with_records: bool = False,
     ) -> FetchAnswer: ...
 
     def close(self) -> None: ...
@@ -679,8 +699,10 @@ class KafkaProtocol:
         max_wait_ms: int,
         with_keys: bool = False,
         max_bytes: int = FETCH_MAX_BYTES,
+        with_records: bool = False,
     ) -> FetchAnswer:
-        """Read raw batches (control batches included) from ``offset``.
+        """Read raw batches (control batches included) from ``offset``; ``with_records``
+        decodes every data record too (kafka-python's record parser, any codec it has).
 
         A broker returns at least the batch holding ``offset`` even when it exceeds
         ``max_bytes``; a small ``max_bytes`` asks for little more than the high watermark.
@@ -717,7 +739,7 @@ class KafkaProtocol:
             for part in topic_answer.partitions:
                 if part.error_code:
                     return FetchAnswer(part.error_code, -1, [])
-                batches = _parse_batches(part.records, with_keys)
+                batches = _parse_batches(part.records, with_keys, with_records)
                 return FetchAnswer(ErrorCode.NONE, part.high_watermark, batches)
         return FetchAnswer(ErrorCode.NONE, -1, [])
 
@@ -907,7 +929,9 @@ def _retriable(exc: BaseException) -> bool:
     )
 
 
-def _parse_batches(raw: bytes | None, with_keys: bool) -> list[RecordBatch]:
+def _parse_batches(
+    raw: bytes | None, with_keys: bool, with_records: bool = False
+) -> list[RecordBatch]:
     if not raw:
         return []
     records = MemoryRecords(raw)
@@ -916,12 +940,18 @@ def _parse_batches(raw: bytes | None, with_keys: bool) -> list[RecordBatch]:
         control = None
         keys: tuple[bytes | None, ...] = ()
         tombstones = 0
+        logged: tuple[LoggedRecord, ...] = ()
         if batch.is_control_batch:
             control = next((ControlType(r.type) for r in batch), None)
-        elif with_keys:
+        elif with_keys or with_records:
             rows = list(batch)
             keys = tuple(r.key for r in rows)
             tombstones = sum(1 for r in rows if r.value is None)
+            if with_records:
+                logged = tuple(
+                    LoggedRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+                    for r in rows
+                )
         out.append(
             RecordBatch(
                 base_offset=batch.base_offset,
@@ -933,6 +963,8 @@ def _parse_batches(raw: bytes | None, with_keys: bool) -> list[RecordBatch]:
                 record_count=batch.records_count,
                 keys=keys,
                 tombstones=tombstones,
+                records=logged,
+                log_append_time=batch.timestamp_type == 1,
             )
         )
     return out

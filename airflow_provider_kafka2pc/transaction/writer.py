@@ -61,6 +61,9 @@ class RecordChunk:
     headers: Sequence[Headers] | None = None
     #: Per record its CreateTime in epoch ms (None: the time of writing); None for none.
     timestamps: Sequence[int | None] | None = None
+    #: Per record the topic partition it must go to; None: the partitioner decides. A loss
+    #: repair's copy puts each record back into the partition it was written to.
+    partitions: Sequence[int] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -452,7 +455,12 @@ class TransactionalWriter:
         """
         count = 0
         for chunk in itertools.chain((first,), rest):
-            if self.batch_produce and chunk.headers is None and chunk.timestamps is None:
+            if (
+                self.batch_produce
+                and chunk.headers is None
+                and chunk.timestamps is None
+                and chunk.partitions is None
+            ):
                 self._produce_batch(producer, topic, chunk, count, deliveries, links)
             else:
                 self._produce_chunk(producer, topic, chunk, count, deliveries, links)
@@ -472,7 +480,7 @@ class TransactionalWriter:
     ) -> None:
         """``produce()`` each record of ``chunk`` (``done`` records came before it)."""
         produce = producer.produce
-        if chunk.timestamps is not None:
+        if chunk.timestamps is not None or chunk.partitions is not None:
             self._produce_timestamped(producer, topic, chunk, done, deliveries, links)
             return
         if chunk.headers is None:
@@ -507,21 +515,26 @@ class TransactionalWriter:
         deliveries: DeliveryReports,
         links: BrokerLinks,
     ) -> None:
-        """:meth:`_produce_chunk` for records that carry their CreateTime (keyword
-        arguments per record: slower, and only when a timestamp column is asked for)."""
+        """:meth:`_produce_chunk` for records that carry their CreateTime or their partition
+        (keyword arguments per record: slower, and only when a timestamp column is asked
+        for, or a loss repair copies records back where they were)."""
         produce = producer.produce
         headers = chunk.headers or [None] * len(chunk)
-        stamps = chunk.timestamps or ()
-        records = zip(chunk.keys, chunk.values, headers, stamps, strict=True)
+        stamps = chunk.timestamps or [None] * len(chunk)
+        # librdkafka's -1 is "the partitioner decides" (RD_KAFKA_PARTITION_UA).
+        places = chunk.partitions or [-1] * len(chunk)
+        records = zip(chunk.keys, chunk.values, headers, stamps, places, strict=True)
         start = position = done
         while True:
             try:
-                for position, (key, value, header, stamp) in enumerate(records, start):  # noqa: B007
+                for position, (key, value, header, stamp, place) in enumerate(records, start):  # noqa: B007
                     # librdkafka reads 0 as "now": a null timestamp is the time of writing.
-                    produce(topic, value, key, headers=header, timestamp=stamp or 0)
+                    produce(
+                        topic, value, key, place, headers=header, timestamp=stamp or 0
+                    )
                 return
             except BufferError:
-                record = (key, value, header, stamp)
+                record = (key, value, header, stamp, place)
                 self._retry_full(producer, topic, record, position, deliveries, links)
                 start = position + 1
             except KafkaException as exc:
@@ -543,7 +556,16 @@ class TransactionalWriter:
             producer.poll(_WAIT_SLICE_S)
             waited = self._stalled(topic, deliveries, links, waited, "the queue is full")
             try:
-                if len(record) > 3:
+                if len(record) > 4:
+                    producer.produce(
+                        topic,
+                        record[1],
+                        record[0],
+                        record[4],
+                        headers=record[2],
+                        timestamp=record[3] or 0,
+                    )
+                elif len(record) > 3:
                     producer.produce(
                         topic, record[1], record[0], headers=record[2], timestamp=record[3] or 0
                     )

@@ -20,6 +20,7 @@ from ...ledger import BatchKey, Lease, Ledger, ParticipantState, Verdict
 from ...transaction import naming
 from ...transaction.acls import authorization_failure
 from ...transaction.controller import Outcome, TransactionController
+from ...transaction.log_copy import LogCopy
 from ...transaction.protocol import KafkaProtocol
 from ..finish import Coordinator, Finished
 from .discovery import OpenTransaction, discover
@@ -92,12 +93,14 @@ def recover(
     now: datetime | None = None,
     dry_run: bool = False,
     settle_s: float = defaults.SETTLE_S,
+    log_copy: LogCopy | None = None,
 ) -> RecoveryReport:
     """One recovery round over ``export_id``: its in-doubt batches and its open transactions.
 
     The broker is read before the ledger: a transaction listed before a lease was taken
     cannot belong to that lease's run. A ``ParticipantLostError`` (a COMMIT verdict whose
-    participant was aborted on the broker) lands in ``failed`` after everything else was done.
+    participant was aborted on the broker) lands in ``failed`` after everything else was done,
+    unless ``log_copy`` repairs it from the log (its records still there).
     """
     now = now or datetime.now(UTC)
     id_prefixes = [naming.validate_prefix(p) for p in dict.fromkeys(id_prefixes)]
@@ -122,7 +125,7 @@ def recover(
             if tp.action in _ACTS:
                 report.planned[tp.txn.transactional_id] = f"{tp.action.value}: {tp.why}"
         return report
-    act_round(report, protocol, controller, ledger, batch_plans, txn_plans)
+    act_round(report, protocol, controller, ledger, batch_plans, txn_plans, log_copy)
     if found:
         _verify(report, protocol, ledger, searched, txn_plans, settle_s)
     log.info("recovery of %s: %s", export_id, report.summary())
@@ -225,10 +228,11 @@ def act_round(
     ledger: Ledger,
     batch_plans: Sequence[BatchPlan],
     txn_plans: Sequence[TransactionPlan],
+    log_copy: LogCopy | None = None,
 ) -> None:
-    """Do what the plans say: fence strangers, finish batches by their verdicts, fence
-    what was aborted."""
-    coordinator = Coordinator(ledger, controller)
+    """Do what the plans say: fence strangers, finish batches by their verdicts (a lost
+    participant repaired from the log when ``log_copy`` is given), fence what was aborted."""
+    coordinator = Coordinator(ledger, controller, log_copy)
     # Strangers first: an id has one open transaction at a time, so a stranger's being open
     # means the committable's own transaction has ended already; fencing changes nothing
     # for it, and the batch's commit then reads its true outcome from the log.
