@@ -334,7 +334,9 @@ class Coordinator:
                     copies[p.index] = self.log_copy.copy(p.committable)
                 except NotInLogError as exc:
                     missing[p.index] = exc.reason
-                    log.warning("%s: partition %d is not in the log: %s", label, p.index, exc.reason)
+                    log.warning(
+                        "%s: partition %d is not in the log: %s", label, p.index, exc.reason
+                    )
                     continue
                 except CopyMismatchError as exc:
                     self._discard([exc.copied])

@@ -269,8 +269,7 @@ def differences(lost: Committable, copied: Committable) -> list[str]:
     for key in sorted(set(want) | set(got)):
         if want.get(key, 0) != got.get(key, 0):
             problems.append(
-                f"{key[0]}-{key[1]}: {got.get(key, 0)} records copied, "
-                f"{want.get(key, 0)} recorded"
+                f"{key[0]}-{key[1]}: {got.get(key, 0)} records copied, {want.get(key, 0)} recorded"
             )
     if copied.transactional_id != lost.transactional_id:
         problems.append(f"written under {copied.transactional_id!r}")

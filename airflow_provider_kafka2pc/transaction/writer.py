@@ -529,9 +529,7 @@ class TransactionalWriter:
             try:
                 for position, (key, value, header, stamp, place) in enumerate(records, start):  # noqa: B007
                     # librdkafka reads 0 as "now": a null timestamp is the time of writing.
-                    produce(
-                        topic, value, key, place, headers=header, timestamp=stamp or 0
-                    )
+                    produce(topic, value, key, place, headers=header, timestamp=stamp or 0)
                 return
             except BufferError:
                 record = (key, value, header, stamp, place)
