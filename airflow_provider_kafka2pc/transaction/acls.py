@@ -7,7 +7,9 @@ Measured on Apache Kafka 4.4.0 with the KRaft ``StandardAuthorizer`` (tests/test
   WRITE on its transactional id (InitProducerId, AddPartitionsToTxn); the control plane
   needs WRITE on the transactional id (EndTxn, InitProducerId to fence) and READ on the
   topic: a commit reads the log's markers to verify itself, before and after EndTxn, and so
-  do the audit and recovery.
+  do the audit and recovery. A commit that repairs a lost participant from the log
+  (``log_copy``) also reads the lost records (READ) and writes them again as a producer
+  (WRITE on the topic and the transactional id): the export's one principal has both.
 - DESCRIBE (Metadata, FindCoordinator, DescribeTransactions) is implied by READ and WRITE
   in Kafka's authorizers; it is listed anyway, as Kafka's documentation lists it, so that
   the grant still reads right if WRITE is ever taken away.
@@ -113,7 +115,8 @@ def export_acls(principal: str, id_prefix: str, topics: Sequence[str]) -> list[A
                 "LITERAL",
                 topic,
                 "WRITE",
-                "the Spark writers produce into the topic (Produce, AddPartitionsToTxn)",
+                "the Spark writers produce into the topic, and so does a loss repair's copy "
+                "from the log (Produce, AddPartitionsToTxn)",
             ),
             AclEntry(
                 principal,
@@ -121,7 +124,8 @@ def export_acls(principal: str, id_prefix: str, topics: Sequence[str]) -> list[A
                 "LITERAL",
                 topic,
                 "READ",
-                "commit, abort, recovery and the audit read the log's transaction markers (Fetch)",
+                "commit, abort, recovery and the audit read the log's transaction markers, "
+                "and a loss repair the lost records (Fetch)",
             ),
             AclEntry(
                 principal,
@@ -255,7 +259,11 @@ def principal_of(config: Mapping[str, Any]) -> str:
 #: What each step needs, by resource type (DESCRIBE is implied by READ and WRITE).
 NEEDS: dict[str, dict[str, str]] = {
     "prepare": {"TOPIC": "WRITE", "TRANSACTIONAL_ID": "WRITE"},
-    "commit": {"TOPIC": "READ", "TRANSACTIONAL_ID": "WRITE"},
+    # READ for the markers; WRITE too when the commit repairs a lost participant from the log.
+    "commit": {
+        "TOPIC": "READ (and WRITE to repair a loss from the log)",
+        "TRANSACTIONAL_ID": "WRITE",
+    },
     "abort": {"TOPIC": "READ", "TRANSACTIONAL_ID": "WRITE"},
     "fence": {"TRANSACTIONAL_ID": "WRITE"},
     "describe": {"TRANSACTIONAL_ID": "DESCRIBE (or WRITE, which implies it)"},
