@@ -274,6 +274,11 @@ class CommitRetriedAfterTheTimeout(KafkaTransactionCommitOperator):
     """Try 1 commits partition 0 and dies; try 2 runs only once the broker has aborted the
     other participants (their timeout passed after the COMMIT verdict): Flink's scenario."""
 
+    def __init__(self, **kwargs):
+        # This file tests the re-prepare from the source: the copy from the log, tried
+        # first by default, is off (tests/test_log_copy_repair.py covers it).
+        super().__init__(repair_from_log=False, **kwargs)
+
     seen: ClassVar[dict[str, Any]] = {}
 
     def commit(self, context, coordinator):
@@ -353,6 +358,11 @@ class CommitAfterPartitionsWereAdded(KafkaTransactionCommitOperator):
     """Commits partition 0, waits until the broker aborted the others, adds a partition to
     the topic (3 -> 4: no longer a multiple of the 3 Spark partitions), then commits."""
 
+    def __init__(self, **kwargs):
+        # This file tests the re-prepare from the source: the copy from the log, tried
+        # first by default, is off (tests/test_log_copy_repair.py covers it).
+        super().__init__(repair_from_log=False, **kwargs)
+
     topic_name: ClassVar[str]
     seen: ClassVar[dict[str, Any]] = {}
 
@@ -413,6 +423,11 @@ def test_a_repair_after_partitions_were_added_partitions_as_its_prepare_did(
 class CommitAfterTheSourceChanged(KafkaTransactionCommitOperator):
     """Commits partition 0, waits until the broker aborted the others, changes the source,
     then commits: the repair must refuse, naming the lost partitions and rows."""
+
+    def __init__(self, **kwargs):
+        # This file tests the re-prepare from the source: the copy from the log, tried
+        # first by default, is off (tests/test_log_copy_repair.py covers it).
+        super().__init__(repair_from_log=False, **kwargs)
 
     source_dir: ClassVar[Path]
     seen: ClassVar[dict[str, Any]] = {}
