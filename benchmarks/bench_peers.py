@@ -52,6 +52,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -235,7 +236,10 @@ class Peers:
     def start_connect(self, stack: ExitStack) -> None:
         """Start the warm Connect server when a Connect system was chosen (stopped by
         ``stack``, also on failure); its start-up time is printed here, apart."""
-        if not any(s in self.args.systems for s in CONNECT_SYSTEMS):
+        wanted = KAFKA2PC_CONNECT in self.args.systems or (
+            SPARK_SINK_CONNECT in self.args.systems and SPARK_SINK_CONNECT in self.peers
+        )
+        if not wanted:
             return
         jars = self.peers.get(SPARK_SINK_CONNECT, [])
         print(f"starting the Spark Connect server ({self.master})", flush=True)
@@ -725,6 +729,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.writers or len(set(args.writers)) != len(args.writers):
         parser.error("--kafka2pc-writers: name each writer once")
 
+    # A SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C: the broker and the Connect
+    # server are stopped by their context managers instead of outliving the benchmark.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"fetching the peers (cached in {peers_root()})", flush=True)
     fetch_kafka(args.kafka_version)
     peers = fetch_peers(args.systems)
