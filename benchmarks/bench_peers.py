@@ -18,6 +18,16 @@ partitions, run as its user would run it:
 - Flink: ``peer_apps/flink_sql.py`` in PyFlink's own virtualenv, SQL INSERT from a filesystem
   table into a kafka table, ``'sink.delivery-guarantee'='exactly-once'``, BATCH mode,
   parallelism ``--cores``. Exactly once.
+- On a warm Spark Connect server (``harness/connect.py``: started once per benchmark run
+  from PySpark's own distribution, ``local[--cores]`` and the spark-submit runs' settings,
+  Spark's Kafka sink jars on its class path; its start is printed apart, never in an
+  export's time; the warm-up round is each Connect system's untimed first export):
+  "kafka2pc on Connect (warm)", a client process (``peer_apps/connect_prepare.py``, what
+  an Airflow prepare task on a ``spark_connect`` connection runs: a session, the prepare
+  through the package's Connect path with the Python writer, the manifest written by the
+  client), then ``kafka2pc commit``; and "Spark Kafka sink on Connect (warm)", the same
+  ``peer_apps/spark_sink.py`` run as a Connect client (``SPARK_REMOTE``). Each timed from
+  the client's launch to its end (kafka2pc: to the commit's end).
 - Kafka's ProducerPerformance (``kafka-tools``): as many records of the same mean size in one
   transaction, the broker's ceiling on this machine. Its payload is random and keyless, so
   its output is checked by count only.
@@ -42,15 +52,18 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from harness import (
     Cluster,
+    ConnectServer,
     CoreTimeline,
     Dataset,
     Expected,
@@ -63,6 +76,7 @@ from harness import (
     add_cluster_arguments,
     add_subset_argument,
     checked,
+    connect_server,
     event_log_conf,
     interleave,
     machine_line,
@@ -76,8 +90,10 @@ from harness import (
     profiled,
     python_venv,
     same_partition_counts,
+    server_phases,
     spark_phases,
     spark_submit,
+    summed,
     task_spans,
     timeline,
     write_svg,
@@ -109,6 +125,10 @@ KAFKA2PC = "kafka2pc"
 KAFKA2PC_HASH = "kafka2pc by hash"
 KAFKA2PC_UNSHUFFLED = "kafka2pc no shuffle"
 SPARK_SINK = "Spark Kafka sink"
+KAFKA2PC_CONNECT = "kafka2pc on Connect (warm)"
+SPARK_SINK_CONNECT = "Spark Kafka sink on Connect (warm)"
+#: The systems that run as clients of the one warm Spark Connect server.
+CONNECT_SYSTEMS = (KAFKA2PC_CONNECT, SPARK_SINK_CONNECT)
 FLINK_SINK = "Flink KafkaSink"
 PRODUCER_PERF = "ProducerPerformance"
 #: The prepare's writer when none is named: the Python workers' confluent-kafka producer.
@@ -120,6 +140,10 @@ GUARANTEES = {
     KAFKA2PC_UNSHUFFLED: "the same with --no-shuffle: one transaction per source split "
     "(docs/partitioning.md)",
     SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
+    KAFKA2PC_CONNECT: "exactly once: a Connect client runs the prepare (Python writer, "
+    "aligned with Kafka) on the warm server + kafka2pc commit",
+    SPARK_SINK_CONNECT: "at least once: the same df.write.format('kafka') app as a Connect "
+    "client of the warm server",
     FLINK_SINK: "exactly once: PyFlink SQL, BATCH, exactly-once sink",
     PRODUCER_PERF: "one transaction, keyless random payload: the broker's ceiling",
 }
@@ -169,6 +193,8 @@ def fetch_peers(wanted: list[str]) -> dict[str, object]:
     """Each wanted peer's artifacts; a peer that cannot be had is reported and dropped."""
     fetchers: dict[str, Callable[[], object]] = {
         SPARK_SINK: spark_kafka_jars,
+        # The server gets the sink's jars on its class path (local paths, no --packages).
+        SPARK_SINK_CONNECT: spark_kafka_jars,
         FLINK_SINK: lambda: (
             python_venv("flink-2.3.0", [FLINK]),
             maven_jars("flink-jars-2.3.0", FLINK_JARS, transitive=False),
@@ -204,6 +230,33 @@ class Peers:
         self.work = WORK_DIR / cluster.prefix
         self.work.mkdir(parents=True, exist_ok=True)
         self.master = f"local[{args.cores}]"
+        #: The warm Spark Connect server (:meth:`start_connect`), when a system needs one.
+        self.server: ConnectServer | None = None
+
+    def start_connect(self, stack: ExitStack) -> None:
+        """Start the warm Connect server when a Connect system was chosen (stopped by
+        ``stack``, also on failure); its start-up time is printed here, apart."""
+        wanted = KAFKA2PC_CONNECT in self.args.systems or (
+            SPARK_SINK_CONNECT in self.args.systems and SPARK_SINK_CONNECT in self.peers
+        )
+        if not wanted:
+            return
+        jars = self.peers.get(SPARK_SINK_CONNECT, [])
+        print(f"starting the Spark Connect server ({self.master})", flush=True)
+        self.server = stack.enter_context(
+            connect_server(self.work / "connect-server", master=self.master, jars=jars)  # type: ignore[arg-type]
+        )
+        print(
+            f"Spark Connect server: listening at {self.server.url} after "
+            f"{self.server.start_seconds:.1f} s (launch of start-connect-server.sh to the port "
+            f"accepting clients; paid once, in no export's time)",
+            flush=True,
+        )
+
+    def _others(self) -> list[int]:
+        """What a system that does not use the Connect server leaves out of its CPU: the
+        server (idle meanwhile, but alive)."""
+        return [self.server.pid] if self.server is not None else []
 
     def prepare_data(self) -> None:
         for dataset in (self.warm, self.full):
@@ -224,8 +277,11 @@ class Peers:
             name: (lambda rnd, v=variant, w=writer: self.kafka2pc(rnd, v, w))
             for name, (variant, writer) in kafka2pc_systems(variants, self.args.writers).items()
         }
+        if self.server is not None and KAFKA2PC_CONNECT in self.args.systems:
+            sides[KAFKA2PC_CONNECT] = self.kafka2pc_connect
         available = {
             SPARK_SINK: self.spark_sink,
+            SPARK_SINK_CONNECT: self.spark_sink_connect,
             FLINK_SINK: self.flink,
             PRODUCER_PERF: self.producer_performance,
         }
@@ -284,7 +340,7 @@ class Peers:
             "conf": event_log_conf(events),
             "log_path": files / "spark-submit.log",
         }
-        with measure(self.cluster.broker_pid) as meter:
+        with measure(self.cluster.broker_pid, exclude=self._others()) as meter:
             started = now_ms()
             submitted = submit_prepare(arguments, **submit)
             prepared_ms = now_ms()
@@ -340,7 +396,7 @@ class Peers:
         data, files = self._dataset(rnd), self._files(rnd, SPARK_SINK)
         topic = self.cluster.topic(f"{rnd.label}-spark-sink", self.args.partitions)
         events = files / "events"
-        with measure(self.cluster.broker_pid) as meter:
+        with measure(self.cluster.broker_pid, exclude=self._others()) as meter:
             started = now_ms()
             done = spark_submit(
                 str(APPS / "spark_sink.py"),
@@ -364,11 +420,137 @@ class Peers:
             self.cluster, SPARK_SINK, meter, topic, expected, parts=parts, info={"cores": cores}
         )
 
+    # -- on the warm Spark Connect server ---------------------------------------------------
+
+    def _connect_client(
+        self, command: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """A Connect client process on this interpreter; stdout returned, stderr logged."""
+        with log_path.open("w") as log:
+            return subprocess.run(
+                [sys.executable, *command],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                timeout=1800,
+                env={**os.environ, **(env or {})},
+            )
+
+    def _check_server(self, name: str) -> ConnectServer:
+        server = self.server
+        if server is None or not server.alive():
+            log = server.log if server is not None else "no server"
+            raise SystemExit(f"{name}: the Spark Connect server is gone; see {log}")
+        return server
+
+    def kafka2pc_connect(self, rnd: Round) -> Run:
+        """A Connect client runs the prepare (what the prepare task does on a
+        ``spark_connect`` connection), then ``kafka2pc commit``: one export."""
+        name = KAFKA2PC_CONNECT
+        server = self._check_server(name)
+        data, files = self._dataset(rnd), self._files(rnd, name)
+        topic = self.cluster.topic(f"{rnd.label}-kafka2pc-connect", self.args.partitions)
+        ids = [f"{topic}-{i}" for i in range(self.args.partitions)]
+        manifest = files / "manifest.json"
+        arguments = [
+            str(APPS / "connect_prepare.py"),
+            *("--remote", server.url),
+            *("--source-path", str(data.parquet(self.args.partitions))),
+            *("--source-format", "parquet", "--key-column", "key"),
+            *("--value-column", "value", "--topic", topic),
+            *("--bootstrap-servers", self.cluster.servers),
+            *("--transactional-ids", ",".join(ids), "--job-label", topic),
+            *("--manifest", str(manifest)),
+            "--align-with-kafka",
+        ]
+        with measure(self.cluster.broker_pid) as meter:
+            started = now_ms()
+            prepared = self._connect_client(arguments, files / "client.log")
+            prepared_ms = now_ms()
+            if prepared.returncode != 0:
+                raise SystemExit(
+                    f"kafka2pc prepare on Connect failed (exit {prepared.returncode}); "
+                    f"see {files / 'client.log'} and {server.log}"
+                )
+            committed = subprocess.run(
+                [KAFKA2PC_CLI, "commit", "-b", self.cluster.servers, str(manifest)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            ended = now_ms()
+        if committed.returncode != 0:
+            raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
+        batch = Manifest.from_json(manifest.read_text())
+        meta = batch.metadata
+        if meta.get("partitioning") != "kafka-aligned" or meta.get("writer") != PYTHON_WRITER:
+            raise SystemExit(
+                f"{topic} ({name}): partitioned {meta.get('partitioning')!r}, "
+                f"writer {meta.get('writer')!r} (expected kafka-aligned, python)"
+            )
+        marks = client_marks(prepared.stdout)
+        phases = server_phases(server.event_dir, started, prepared_ms)
+        phases.append(Phase("kafka2pc commit", prepared_ms, ended))
+        parts = {
+            "Connect client (prepare)": (prepared_ms - started) / 1000,
+            "in it: launch to imports done": (marks["imported"] - started) / 1000,
+            "in it: session open": (marks["session"] - marks["imported"]) / 1000,
+            "in it: prepare_dataframe": (meta["finished_ms"] - meta["started_ms"]) / 1000,
+            "in it: session release to exit": (prepared_ms - marks["prepared"]) / 1000,
+            "kafka2pc commit": (ended - prepared_ms) / 1000,
+            **summed(phases[:-1]),
+        }
+        tasks = task_spans(server.event_dir, started, prepared_ms)
+        cores = self._cores(name, meter, started, ended, phases, tasks)
+        expected = self._expected(data, committables=batch.committables)
+        return checked(
+            self.cluster, name, meter, topic, expected, parts=parts, info={"cores": cores}
+        )
+
+    def spark_sink_connect(self, rnd: Round) -> Run:
+        """``peer_apps/spark_sink.py`` unchanged, as a client of the warm server: PySpark's
+        ``SparkSession.builder.getOrCreate()`` connects to ``SPARK_REMOTE``."""
+        name = SPARK_SINK_CONNECT
+        server = self._check_server(name)
+        data, files = self._dataset(rnd), self._files(rnd, name)
+        topic = self.cluster.topic(f"{rnd.label}-spark-sink-connect", self.args.partitions)
+        with measure(self.cluster.broker_pid) as meter:
+            started = now_ms()
+            done = self._connect_client(
+                [
+                    str(APPS / "spark_sink.py"),
+                    *("--source", str(data.parquet(self.args.partitions))),
+                    *("--topic", topic, "--bootstrap-servers", self.cluster.servers),
+                ],
+                files / "client.log",
+                env={"SPARK_REMOTE": server.url},
+            )
+            ended = now_ms()
+        if done.returncode != 0:
+            raise SystemExit(
+                f"Spark's Kafka sink on Connect failed; see {files / 'client.log'} and {server.log}"
+            )
+        phases = server_phases(server.event_dir, started, ended)
+        tasks = task_spans(server.event_dir, started, ended)
+        cores = self._cores(name, meter, started, ended, phases, tasks)
+        return checked(
+            self.cluster,
+            name,
+            meter,
+            topic,
+            self._expected(data, transactional=False),
+            parts=summed(phases),
+            info={"cores": cores},
+        )
+
     def flink(self, rnd: Round) -> Run:
         data, files = self._dataset(rnd), self._files(rnd, FLINK_SINK)
         topic = self.cluster.topic(f"{rnd.label}-flink", self.args.partitions)
         python, jars = self.peers[FLINK_SINK]  # type: ignore[misc]
-        with measure(self.cluster.broker_pid) as meter, (files / "flink.log").open("w") as log:
+        with (
+            measure(self.cluster.broker_pid, exclude=self._others()) as meter,
+            (files / "flink.log").open("w") as log,
+        ):
             started = now_ms()
             done = subprocess.run(
                 [
@@ -404,7 +586,7 @@ class Peers:
         topic = self.cluster.topic(f"{rnd.label}-producer-perf", self.args.partitions)
         jars = self.peers[PRODUCER_PERF]
         classpath = ":".join(str(j) for j in jars)  # type: ignore[union-attr]
-        with measure(self.cluster.broker_pid) as meter:
+        with measure(self.cluster.broker_pid, exclude=self._others()) as meter:
             started = now_ms()
             done = subprocess.run(
                 [
@@ -442,6 +624,14 @@ class Peers:
             expected,
             info={"summary": summary, "cores": cores},
         )
+
+
+def client_marks(stdout: str) -> dict[str, float]:
+    """The instants ``peer_apps/connect_prepare.py`` prints as its last line."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith('{"bench_phases"'):
+            return dict(json.loads(line)["bench_phases"])
+    raise SystemExit(f"the Connect client printed no phases: {stdout[-300:]!r}")
 
 
 def flink_phases(log: Path, started_ms: float, ended_ms: float) -> list[Phase]:
@@ -499,7 +689,9 @@ def main(argv: list[str] | None = None) -> int:
         KAFKA2PC,
         KAFKA2PC_HASH,
         KAFKA2PC_UNSHUFFLED,
+        KAFKA2PC_CONNECT,
         SPARK_SINK,
+        SPARK_SINK_CONNECT,
         FLINK_SINK,
         PRODUCER_PERF,
     ]
@@ -521,7 +713,8 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
         default=[PYTHON_WRITER],
         help="comma-separated writers of the prepare (python, jvm): one kafka2pc system per "
-        "writer and variant; a writer other than python is passed as --writer",
+        "writer and variant; a writer other than python is passed as --writer (not to "
+        f"{KAFKA2PC_CONNECT!r}: on Connect the writer is python)",
     )
     parser.add_argument(
         "--timelines",
@@ -536,12 +729,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.writers or len(set(args.writers)) != len(args.writers):
         parser.error("--kafka2pc-writers: name each writer once")
 
+    # A SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C: the broker and the Connect
+    # server are stopped by their context managers instead of outliving the benchmark.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"fetching the peers (cached in {peers_root()})", flush=True)
     fetch_kafka(args.kafka_version)
     peers = fetch_peers(args.systems)
-    with Cluster.from_args(args, data_dir=WORK_DIR / "kafka") as cluster:
+    with ExitStack() as stack:
+        cluster = stack.enter_context(Cluster.from_args(args, data_dir=WORK_DIR / "kafka"))
         bench = Peers(args, cluster, peers)
         bench.prepare_data()
+        bench.start_connect(stack)  # stopped when the stack closes, also on failure
         sides = bench.sides()
         print(
             f"{cluster.describe()}; {args.rows:,} rows, {args.partitions} partitions, "
@@ -560,11 +758,14 @@ def main(argv: list[str] | None = None) -> int:
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
     mine = kafka2pc_systems(list(KAFKA2PC_VARIANTS), args.writers)
+    mine[KAFKA2PC_CONNECT] = (KAFKA2PC_CONNECT, PYTHON_WRITER)
     ours = [s for s in results.sides if s in mine]
     peers = [s for s in results.sides if s not in ours]
     pairs = [(a, b) for a in ours for b in peers]
     if KAFKA2PC in ours:
         pairs[:0] = [(variant, KAFKA2PC) for variant in ours if variant != KAFKA2PC]
+    if {SPARK_SINK_CONNECT, SPARK_SINK} <= set(results.sides):
+        pairs.append((SPARK_SINK_CONNECT, SPARK_SINK))
     legend = [
         f"{side}: {GUARANTEES[mine[side][0]] if side in mine else GUARANTEES[side]}"
         + (f"; writer {mine[side][1]}" if side in mine and mine[side][1] != PYTHON_WRITER else "")

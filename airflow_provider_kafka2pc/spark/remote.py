@@ -16,8 +16,8 @@ from typing import Any
 from pyspark.errors import AnalysisException
 
 from ..errors import Kafka2pcError, SourceChangedError
-from ..transaction.manifest import Manifest
-from .app import parse_args, read_source
+from ..transaction.manifest import SOURCE, Manifest
+from .app import parse_args, read_source, wire_options
 from .connect import write_manifest
 from .prepare import Repair, prepare_dataframe
 
@@ -56,6 +56,11 @@ def prepare_remote(spark: Any, argv: Sequence[str], producer_config: Mapping[str
             job_label=args.job_label,
             progress_interval_s=args.progress_interval_s,
             align_with_kafka=args.align_with_kafka,
+            # As the application passes them: what Connect cannot do (the JVM writer, source
+            # splits) is then refused by prepare_dataframe with its reason, never dropped.
+            wire=wire_options(args),
+            writer=args.writer,
+            partitioning=None if args.shuffle else SOURCE,
             repair=Repair(args.only_partitions, args.expected_partition_rows, args.partitioning)
             if repair
             else None,

@@ -14,6 +14,8 @@ measures:
 - ``print_*``: the tables, printed the same way by every benchmark;
 - :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
 - :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log;
+- :func:`connect_server`, :func:`server_phases`: a warm Spark Connect server, and one client's
+  jobs cut out of its event log;
 - :class:`CoreTimeline`: where each core's time went in a run (idle core-seconds per phase,
   a per-core timeline as text and SVG);
 - :func:`profiled`: py-spy over every Python process of an extra, untimed run;
@@ -21,6 +23,7 @@ measures:
 """
 
 from .cluster import Cluster, add_cluster_arguments
+from .connect import ConnectServer, connect_server
 from .cores import CoreTimeline, print_costs, write_svg
 from .data import Dataset, Digest, Record, key_of, value_of
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
@@ -46,8 +49,10 @@ from .spark import (
     Phase,
     event_log_conf,
     now_ms,
+    server_phases,
     spark_phases,
     spark_submit,
+    summed,
     task_spans,
     timeline,
 )
@@ -56,6 +61,7 @@ from .verify import Expected, Verification, verify_topic
 __all__ = [
     "PYTHON_ENV",
     "Cluster",
+    "ConnectServer",
     "CoreTimeline",
     "Dataset",
     "Digest",
@@ -73,6 +79,7 @@ __all__ = [
     "add_cluster_arguments",
     "add_subset_argument",
     "checked",
+    "connect_server",
     "event_log_conf",
     "fmt",
     "interleave",
@@ -95,8 +102,10 @@ __all__ = [
     "python_venv",
     "ratios",
     "same_partition_counts",
+    "server_phases",
     "spark_phases",
     "spark_submit",
+    "summed",
     "task_spans",
     "timeline",
     "value_of",

@@ -242,12 +242,15 @@ class _Sampler(threading.Thread):
 
 
 @contextlib.contextmanager
-def measure(broker_pid: int | None = None, *, by_group: bool = True) -> Iterator[Meter]:
+def measure(
+    broker_pid: int | None = None, *, by_group: bool = True, exclude: Iterable[int] = ()
+) -> Iterator[Meter]:
     """Measure the block: wall seconds, CPU (total, and by process group unless
     ``by_group`` is False: its sampling thread would take the GIL from an in-process side
-    now and then), the broker's CPU."""
+    now and then), the broker's CPU. The process trees under ``exclude`` (a long-lived
+    server another side uses) are left out, as the broker is."""
     meter = Meter()
-    exclude = [broker_pid] if broker_pid else []
+    exclude = [*([broker_pid] if broker_pid else []), *exclude]
     broker_before = process_cpu(broker_pid) if broker_pid else None
     threads_before = broker_threads(broker_pid) if broker_pid else {}
     before = sum(p.cpu for p in _tree(exclude))

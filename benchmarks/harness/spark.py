@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -68,8 +69,18 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
+#: A Spark Connect server names a job's stages by the client's plan: ``Spark Connect -
+#: session_id: "..." plan { root { common { ... } map_partitions { ...`` (cut at 144
+#: characters); its top operation's name is the part worth printing.
+_CONNECT_PLAN = re.compile(r"^\s*(?:root|command) \{\s*(?:common \{[^}]*\}\s*)?([a-z_]+) \{", re.M)
+
+
 def _job_name(stage_name: str) -> str:
-    """``collect at /path/prepare.py:353`` -> ``collect at prepare.py:353``."""
+    """``collect at /path/prepare.py:353`` -> ``collect at prepare.py:353``; a Connect
+    client's plan -> ``Connect plan map_partitions``."""
+    if stage_name.startswith("Spark Connect - "):
+        top = _CONNECT_PLAN.search(stage_name)
+        return f"Connect plan {top.group(1) if top else '(unnamed)'}"
     action, _, where = stage_name.partition(" at ")
     return f"{action} at {where.rsplit('/', 1)[-1]}" if where else action
 
@@ -92,7 +103,12 @@ def _events(event_dir: Path) -> Iterator[dict]:
     if logs:
         with logs[-1].open() as f:
             for line in f:
-                yield json.loads(line)
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    # A live server's log (``.inprogress``) may end in a line being written.
+                    if line.endswith("\n"):
+                        raise
 
 
 def spark_phases(event_dir: Path, started_ms: float, ended_ms: float) -> list[Phase]:
@@ -128,14 +144,54 @@ def spark_phases(event_dir: Path, started_ms: float, ended_ms: float) -> list[Ph
     return phases
 
 
-def task_spans(event_dir: Path) -> list[tuple[float, float, str]]:
-    """Every finished task of the application: (launch ms, finish ms, ``stage N``)."""
+def task_spans(
+    event_dir: Path, since_ms: float = 0.0, until_ms: float = float("inf")
+) -> list[tuple[float, float, str]]:
+    """Every finished task of the application launched in [``since_ms``, ``until_ms``]
+    (by default all): (launch ms, finish ms, ``stage N``)."""
     spans = []
     for event in _events(event_dir):
         if event["Event"] == "SparkListenerTaskEnd":
             info = event["Task Info"]
-            spans.append((info["Launch Time"], info["Finish Time"], f"stage {event['Stage ID']}"))
+            if since_ms <= info["Launch Time"] <= until_ms:
+                stage = f"stage {event['Stage ID']}"
+                spans.append((info["Launch Time"], info["Finish Time"], stage))
     return sorted(spans)
+
+
+def server_phases(
+    event_dir: Path, started_ms: float, ended_ms: float, *, client: str = "client"
+) -> list[Phase]:
+    """One export cut out of a long-lived server's event log (a Spark Connect server: one
+    application for many clients): from the client's launch to the first job submitted in
+    [``started_ms``, ``ended_ms``], each such job (named as in :func:`spark_phases`), between
+    jobs, and from the last job to ``ended_ms``; one phase when no job was seen."""
+    jobs: dict[int, list] = {}
+    for event in _events(event_dir):
+        kind = event["Event"]
+        if kind == "SparkListenerJobStart" and started_ms <= event["Submission Time"] <= ended_ms:
+            last = max(event["Stage Infos"], key=lambda s: s["Stage ID"])
+            jobs[event["Job ID"]] = [_job_name(last["Stage Name"]), event["Submission Time"]]
+        elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
+            jobs[event["Job ID"]].append(event["Completion Time"])
+    done = [j for _, j in sorted(jobs.items()) if len(j) == 3]
+    if not done:
+        return [Phase("whole run", started_ms, ended_ms)]
+    phases = [Phase(f"{client} launch to first job", started_ms, done[0][1])]
+    for i, (name, begin, end) in enumerate(done):
+        if i:
+            phases.append(Phase("between jobs", done[i - 1][2], begin))
+        phases.append(Phase(f"jobs {name}", begin, end))
+    phases.append(Phase(f"last job to {client} exit", done[-1][2], ended_ms))
+    return phases
+
+
+def summed(phases: Sequence[Phase]) -> dict[str, float]:
+    """Seconds per phase name (jobs of one call site and the gaps between jobs summed)."""
+    parts: dict[str, float] = {}
+    for phase in phases:
+        parts[phase.name] = parts.get(phase.name, 0.0) + phase.seconds
+    return parts
 
 
 def timeline(event_dir: Path, started_ms: float, ended_ms: float) -> dict[str, float]:
