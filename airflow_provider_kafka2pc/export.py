@@ -236,9 +236,7 @@ def kafka_exactly_once_export(
             **{"writer": writer, **dict(prepare_kwargs or {})},
             **common,
         )
-        commit = classes["commit"](
-            task_id="commit", outlets=outlets, **common
-        )
+        commit = classes["commit"](task_id="commit", outlets=outlets, **common)
         # Retried on transient errors; its final AirflowFailException is never retried.
         abort = classes["abort"](task_id="abort", **common)
         decide = classes["decide"](

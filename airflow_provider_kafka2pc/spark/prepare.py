@@ -787,9 +787,7 @@ def _topic(route: Routing, data_type: T.DataType) -> Column:
     named = F.col(str(route.column))
     return F.when(
         named.isNull() | ~named.isin(*route.topics),
-        F.raise_error(
-            F.concat(F.lit(f"{UNKNOWN_TOPIC_MARK}: "), F.coalesce(named, F.lit("null")))
-        ),
+        F.raise_error(F.concat(F.lit(f"{UNKNOWN_TOPIC_MARK}: "), F.coalesce(named, F.lit("null")))),
     ).otherwise(named)
 
 
@@ -804,8 +802,11 @@ def _resolved(
     strategies); every topic must get the same schema id, as a record carries one id."""
     found = [resolve_schemas(df, t, wire, key_column, value_column) for t in route.topics]
     for role in ("value", "key"):
-        ids = {t: getattr(s, role).schema_id for t, s in zip(route.topics, found, strict=True)
-               if getattr(s, role) is not None}
+        ids = {
+            t: getattr(s, role).schema_id
+            for t, s in zip(route.topics, found, strict=True)
+            if getattr(s, role) is not None
+        }
         if len(set(ids.values())) > 1:
             raise ConfigurationError(
                 f"the registry gives the topics different {role} schema ids {ids}; a record's "

@@ -64,8 +64,7 @@ def routing(
     if topic is not None:
         if topics is not None and list(topics) != [topic]:
             raise ConfigurationError(
-                f"topics={list(topics)!r} goes with topic_column; with topic={topic!r} "
-                "leave it out"
+                f"topics={list(topics)!r} goes with topic_column; with topic={topic!r} leave it out"
             )
         return Routing((check_topic_name(topic),))
     if not isinstance(topic_column, str) or not topic_column:

@@ -339,7 +339,9 @@ class TransactionalWriter:
         parts = tuple(
             PartitionRange(*where, deliveries.first[where], deliveries.last[where], n)  # type: ignore[index]
             if several
-            else PartitionRange(topics[0], where, deliveries.first[where], deliveries.last[where], n)
+            else PartitionRange(
+                topics[0], where, deliveries.first[where], deliveries.last[where], n
+            )
             for where, n in sorted(deliveries.per_partition.items())
         )
         committable = Committable(
