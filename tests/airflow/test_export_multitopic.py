@@ -93,3 +93,46 @@ def test_routing_is_checked_when_the_dag_is_parsed(export_dag):
         export_dag(topic="orders", topic_column="kind", topics=["orders"])
     with pytest.raises(ConfigurationError, match="needs topics"):
         export_dag(topic=None, topic_column="kind")
+
+
+def test_a_loss_across_topics_is_repaired_exactly_once_per_topic(
+    export_dag, run_export, make_topic, protocol, bootstrap, ledger
+):
+    """Flink's scenario (tests/airflow/test_loss_repair.py) with rows routed among two
+    topics: participants 1 and 2 time out after the COMMIT verdict; the commit re-prepares
+    them from the source, into the same topics, and every topic ends with its rows once."""
+    from tests.airflow.test_loss_repair import EXPORT_TIMEOUT_MS, CommitRetriedAfterTheTimeout
+
+    topics = [make_topic(3), make_topic(3)]
+    dag = export_dag(
+        topic=None,
+        topic_column="kind",
+        topics=topics,
+        source=routed_source(topics),
+        num_partitions=3,
+        retries=1,
+        transaction_timeout_ms=EXPORT_TIMEOUT_MS,
+        commit_margin_s=1.0,
+        operator_classes={"commit": CommitRetriedAfterTheTimeout},
+    )
+    result = run_export(dag, day=7)
+
+    assert result.state == "success", result
+    assert result.tries["commit"] == 2, result
+    prepared = CommitRetriedAfterTheTimeout.seen["prepared"]
+    committed = result.xcom("commit")
+    assert [r["partition"] for r in committed["repaired"]] == [1, 2], committed
+    with ledger.open() as store:
+        parts = store.participants(committed["export_id"], committed["run_key"])
+    assert all({r.topic for r in p.committable.partitions} == set(topics) for p in parts)
+    lost = [r for c in prepared[1:] for r in c.partitions]
+    for topic, rows in per_topic(topics).items():
+        assert_exactly_once(
+            protocol,
+            bootstrap,
+            topic,
+            *prepared,
+            *[p.committable for p in parts[1:]],
+            committed=rows,
+            aborted=sum(r.record_count for r in lost if r.topic == topic),
+        )
