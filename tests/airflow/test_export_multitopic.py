@@ -136,3 +136,31 @@ def test_a_loss_across_topics_is_repaired_exactly_once_per_topic(
             committed=rows,
             aborted=sum(r.record_count for r in lost if r.topic == topic),
         )
+
+
+def test_the_exports_page_names_every_topic(tmp_path):
+    """The page's export header lists the topics of its batches (a real SQLite ledger)."""
+    from datetime import UTC, datetime, timedelta
+
+    from airflow_provider_kafka2pc.ledger import Ledger
+    from airflow_provider_kafka2pc.plugins.overview import BatchRow, ExportView, Overview
+    from airflow_provider_kafka2pc.plugins.page import _templates
+
+    with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as store:
+        several = store.begin(
+            "shop.export", "r1", topic="orders", topics=["orders", "refunds"],
+            id_prefix="shop", num_partitions=1,
+        )  # fmt: skip
+        one = store.begin("solo.export", "r1", topic="solo", id_prefix="solo", num_partitions=1)
+        view = ExportView("shop.export", "shop", [BatchRow(several, (), None)], [], 1)
+        alone = ExportView("solo.export", "solo", [BatchRow(one, (), None)], [], 1)
+    html = _templates.get_template("kafka_exports.html").render(
+        o=Overview("sqlite", "kafka_default", datetime.now(UTC), [view, alone]),
+        user="admin",
+        grace_period=timedelta(hours=1),
+        recover_url="/recover",
+        page_url="/page",
+        recovered=None,
+    )
+    text = " ".join(html.split())
+    assert "topics orders, refunds &middot;" in text and "topic solo &middot;" in text
