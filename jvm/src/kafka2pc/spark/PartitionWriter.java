@@ -285,7 +285,8 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             String topic = this.topic;
             if (topicColumn >= 0) {
                 topic = row.isNullAt(topicColumn) ? null : row.getString(topicColumn);
-                if (!topics.contains(topic)) { // the driver's map stage refuses these first
+                // The driver's map stage refuses these first; Set.copyOf refuses contains(null).
+                if (topic == null || !topics.contains(topic)) {
                     throw new IllegalStateException("a row goes to topic " + topic
                             + ", not among the export's " + topics);
                 }
