@@ -36,6 +36,7 @@ from .spark.job import check_num_partitions, source_arguments
 from .spark.writers import PYTHON_WRITER, check_writer
 from .transaction import naming
 from .transaction.naming import default_prefix as default_id_prefix
+from .transaction.routing import routing
 from .utils.assets import topic_alias, topic_asset
 
 #: The run key: the data interval, stable across retries, clears and backfills.
@@ -84,7 +85,7 @@ def kafka_exactly_once_export(
     group_id: str,
     *,
     source: Mapping[str, Any],
-    topic: str,
+    topic: str | None = None,
     key_column: str | None = None,
     num_partitions: int,
     kafka_conn_id: str = defaults.KAFKA_CONN_ID,
@@ -115,6 +116,8 @@ def kafka_exactly_once_export(
     default_args: Mapping[str, Any] | None = None,
     tooltip: str = "",
     operator_classes: Mapping[str, type[BaseOperator]] | None = None,
+    topic_column: str | None = None,
+    topics: Sequence[str] | None = None,
 ) -> TaskGroup:
     """A TaskGroup that exports ``source`` to ``topic`` exactly once per run key.
 
@@ -122,7 +125,12 @@ def kafka_exactly_once_export(
         ``commit`` and ``abort`` inside it.
     :param source: ``{"sql": ...}``, ``{"table": ...}`` or ``{"path": ..., "format": ...,
         "options": {...}}``, plus an optional ``"filter"``; Jinja-templated.
-    :param topic: an existing Kafka topic.
+    :param topic: an existing Kafka topic, every row's; or None with ``topic_column``.
+    :param topic_column: a string column naming each row's topic, one of ``topics``: the
+        export stays one transaction per participant, spanning its topics, and commits or
+        aborts as one (docs/wire-formats.md).
+    :param topics: with ``topic_column``, every topic it may name (checked before anything
+        opens; one asset and one OpenLineage output each).
     :param key_column: the record key (also what the rows are partitioned by).
     :param num_partitions: Spark partitions, each one Kafka transaction (>= 1).
     :param kafka_conn_id: the official Kafka provider's ``kafka`` connection.
@@ -155,7 +163,8 @@ def kafka_exactly_once_export(
         ``[kafka2pc] grace_period_s`` (1 h unless configured).
     :param deferrable: the recover sensor waits in the triggerer.
     :param poke_interval: seconds between the recover sensor's rounds.
-    :param asset: the asset the commit task emits; default the topic's asset
+    :param asset: the asset the commit task emits; default the topic's asset (each
+        topic's, with ``topics``)
         (:func:`export_asset`, from the Kafka connection), emitted through the alias
         :func:`export_asset_alias` so that parsing the DAG reads no connection; None for no
         asset.
@@ -165,6 +174,7 @@ def kafka_exactly_once_export(
     :raises ConfigurationError: for a malformed source, prefix or partition count.
     """
     check_num_partitions(num_partitions)
+    route = routing(topic, topic_column, topics)
     if not any("{{" in str(v) for v in dict(source).values()):
         source_arguments(source)
     classes = {**_DEFAULT_CLASSES, **(operator_classes or {})}
@@ -181,8 +191,11 @@ def kafka_exactly_once_export(
         naming.check_slots(id_prefix, num_partitions)
         if "{{" not in writer:  # a templated writer is checked by the application
             check_writer(writer)
+        outlets: list[Asset | AssetAlias] = []
         if asset is FROM_CONNECTION:
-            asset = export_asset_alias(topic, kafka_conn_id)
+            outlets = [export_asset_alias(t, kafka_conn_id) for t in route.topics]
+        elif asset is not None:
+            outlets = [asset]
         common = {
             "export_id": export_id,
             "run_key": run_key,
@@ -201,6 +214,8 @@ def kafka_exactly_once_export(
             task_id="prepare",
             source=dict(source),
             topic=topic,
+            topic_column=topic_column,
+            topics=None if topics is None else list(topics),
             num_partitions=num_partitions,
             key_column=key_column,
             value_column=value_column,
@@ -221,9 +236,7 @@ def kafka_exactly_once_export(
             **{"writer": writer, **dict(prepare_kwargs or {})},
             **common,
         )
-        commit = classes["commit"](
-            task_id="commit", outlets=[asset] if asset is not None else [], **common
-        )
+        commit = classes["commit"](task_id="commit", outlets=outlets, **common)
         # Retried on transient errors; its final AirflowFailException is never retried.
         abort = classes["abort"](task_id="abort", **common)
         decide = classes["decide"](

@@ -49,7 +49,7 @@ from .postgres_support import SKIP_POSTGRES_ENV, fresh_schema, postgres_url
 BACKENDS = ["sqlite", "postgresql"]
 TOPIC = "orders"
 #: The newest migration of the ledger's schema.
-HEAD = "0004"
+HEAD = "0005"
 #: How long racers wait for each other at a gate before the test fails (instead of hanging).
 GATE_TIMEOUT = 30
 
@@ -238,6 +238,32 @@ def test_source_splits_are_recorded_with_the_batch(ledger: Ledger, names: Names)
     ids = ledger.get(names.export, other).transactional_ids
     again = [committable(t, records=1) for t in ids]
     assert ledger.record_prepared(names.export, other, again, source_rows=2).source_splits is None
+
+
+def test_several_topics_are_recorded_with_the_batch(ledger: Ledger, names: Names) -> None:
+    """An export routing rows among several topics keeps them all (``topic`` is the first),
+    a retried begin must name the same ones, and a one-topic batch reads as its topic."""
+    run = names.run()
+    topics = [TOPIC, "returns", "refunds"]
+    batch = ledger.begin(
+        names.export, run, topic=TOPIC, topics=topics, id_prefix=names.prefix, num_partitions=2
+    )
+    assert (batch.topic, batch.topics) == (TOPIC, tuple(topics))
+    assert batch.summary()["topics"] == topics
+    assert ledger.get(names.export, run).topics == tuple(topics)
+    with pytest.raises(ConfigurationError, match="before changing its topic"):
+        ledger.begin(
+            names.export, run, topic=TOPIC, topics=topics[:2], id_prefix=names.prefix,
+            num_partitions=2,
+        )  # fmt: skip
+    for bad in (["returns", TOPIC], [TOPIC, "returns", "returns"]):
+        with pytest.raises(ConfigurationError, match="distinct topics"):
+            ledger.begin(
+                names.export, names.run(), topic=TOPIC, topics=bad, id_prefix=names.prefix,
+                num_partitions=2,
+            )  # fmt: skip
+    one = begin(ledger, names, names.run())
+    assert one.topics == (TOPIC,) and "topics" not in one.summary()
 
 
 def test_commit_path(ledger: Ledger, names: Names) -> None:

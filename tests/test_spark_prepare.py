@@ -689,7 +689,7 @@ def test_jvm_writer_keeps_the_settings_out_of_the_plan(spark, make_topic, settin
             "CAST(CAST(id AS STRING) AS BINARY) AS __kafka2pc_value",
         )
         ._jdf,
-        make_topic(1),
+        [make_topic(1)],
         ["t-0"],
         java,
         60000,
@@ -717,7 +717,7 @@ def test_jvm_writer_passes_tombstones_and_record_timestamps(
     tid = ids(1)[0]
     [row] = jvm_write(
         encoded,
-        topic=topic,
+        topics=[topic],
         transactional_ids=[tid],
         settings=producer_settings(settings, 60_000),
         transaction_timeout_ms=60_000,
@@ -787,7 +787,7 @@ def test_a_failed_jvm_task_names_its_cause_on_the_driver(spark, bootstrap, topic
     with pytest.raises(Exception, match="cannot create its producer") as failed:
         jvm_write(
             encoded,
-            topic=topic,
+            topics=[topic],
             transactional_ids=ids(1),
             settings=unusable,
             transaction_timeout_ms=60_000,

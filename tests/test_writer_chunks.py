@@ -119,3 +119,46 @@ def test_produce_batch_refusal_names_the_record_and_aborts(
         writer.write_chunks(topic, [*chunks(1_000, 500), chunk])
     report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
     assert report.totals["open"] == 0
+
+
+def routed_chunks(topics: list[str], n: int, size: int) -> list[RecordChunk]:
+    """``chunks(n, size)``, chunk i going to ``topics[i % len(topics)]``."""
+    return [
+        RecordChunk(c.keys, c.values, topic=topics[i % len(topics)])
+        for i, c in enumerate(chunks(n, size))
+    ]
+
+
+@pytest.mark.parametrize("batch_produce", [False, True], ids=["produce", "produce_batch"])
+def test_one_transaction_spans_several_topics(
+    settings, bootstrap, protocol, make_topic, batch_produce
+):
+    topics = [make_topic(2), make_topic(3)]
+    writer = TransactionalWriter(settings, unique_id(), batch_produce=batch_produce)
+    committable = writer.write_chunks(topics, routed_chunks(topics, 10_000, 1_000))
+    assert {p.topic for p in committable.partitions} == set(topics)
+    assert [(p.topic, p.partition) for p in committable.partitions] == sorted(
+        (p.topic, p.partition) for p in committable.partitions
+    )
+    per_topic = {
+        t: sum(p.record_count for p in committable.partitions if p.topic == t) for t in topics
+    }
+    assert per_topic == {topics[0]: 5_000, topics[1]: 5_000}
+    assert TransactionController(protocol).commit(committable).outcome is Outcome.COMMITTED
+    for topic in topics:
+        assert_exactly_once(protocol, bootstrap, topic, committable, committed=5_000, aborted=0)
+
+
+def test_a_chunk_for_an_undeclared_topic_aborts_the_whole_transaction(
+    settings, bootstrap, protocol, make_topic
+):
+    topics = [make_topic(1), make_topic(1)]
+    routed = routed_chunks(topics, 3_000, 1_000)
+    stray = RecordChunk([b"x"], [b"y"], topic="not-declared")
+    writer = TransactionalWriter(settings, unique_id())
+    with pytest.raises(WriteError, match="not among"):
+        writer.write_chunks(topics, [*routed, stray])
+    for topic in topics:  # what reached either topic before the stray chunk: aborted
+        assert_exactly_once(protocol, bootstrap, topic, committed=0)
+    with pytest.raises(WriteError, match="names no topic"):
+        TransactionalWriter(settings, unique_id()).write_chunks(topics, chunks(10, 10))

@@ -88,6 +88,9 @@ batches = Table(
     Column("partitioning", String(16)),
     # With "source-splits": JSON of the split settings, counts and input fingerprint.
     Column("source_splits", Text),
+    # With a topic_column: JSON list of every topic, declared order ("topic" is the first);
+    # NULL for a one-topic batch.
+    Column("topics", Text),
     Column("created_at", UtcDateTime(), nullable=False),
     Column("updated_at", UtcDateTime(), nullable=False),
     Column("decided_at", UtcDateTime()),

@@ -69,6 +69,13 @@ class Batch:
     updated_at: datetime
     decided_at: datetime | None
     finished_at: datetime | None
+    #: Every topic the export writes, ``topic`` first (a ``topic_column`` routes rows
+    #: among several); ``(topic,)`` for a one-topic export.
+    topics: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.topics:
+            object.__setattr__(self, "topics", (self.topic,))
 
     @property
     def key(self) -> BatchKey:
@@ -82,6 +89,7 @@ class Batch:
             "attempt": self.attempt,
             "state": self.state.value,
             "topic": self.topic,
+            **({"topics": list(self.topics)} if len(self.topics) > 1 else {}),
         }
 
 
@@ -157,9 +165,19 @@ class Ledger:
     # -- batches --------------------------------------------------------------------------
 
     def begin(
-        self, export_id: str, run_key: str, *, topic: str, id_prefix: str, num_partitions: int
+        self,
+        export_id: str,
+        run_key: str,
+        *,
+        topic: str,
+        id_prefix: str,
+        num_partitions: int,
+        topics: Sequence[str] | None = None,
     ) -> Batch:
         """Create the batch in PREPARING with leased ids, or return the existing one.
+
+        ``topics``: every topic of an export routing its rows among several (``topic`` is
+        the first); None for one topic.
 
         An ABORTED batch starts a new attempt; PREPARING/PREPARED ones come back unchanged
         (a retried prepare re-uses its ids); decided or COMMITTED ones come back unchanged
@@ -172,7 +190,20 @@ class Ledger:
             raise ConfigurationError(f"num_partitions must be an integer, got {num_partitions!r}")
         if num_partitions < 1:
             raise ConfigurationError(f"num_partitions must be >= 1, got {num_partitions}")
-        spec = {"topic": topic, "id_prefix": id_prefix, "num_partitions": num_partitions}
+        several = None
+        if topics is not None and list(topics) != [topic]:
+            named = [_check_name(t, "topics[]", _length(batches.c.topic)) for t in topics]
+            if not named or named[0] != topic or len(set(named)) != len(named):
+                raise ConfigurationError(
+                    f"topics must list distinct topics, {topic!r} first; got {list(topics)}"
+                )
+            several = json.dumps(named)
+        spec = {
+            "topic": topic,
+            "id_prefix": id_prefix,
+            "num_partitions": num_partitions,
+            "topics": several,
+        }
         try:
             with database.writing(self._engine) as conn:
                 pool.claim_prefix(conn, export_id, id_prefix)
@@ -510,6 +541,7 @@ def _to_batch(row: Any) -> Batch:
         source_rows=row.source_rows,
         partitioning=row.partitioning,
         source_splits=None if row.source_splits is None else json.loads(row.source_splits),
+        topics=tuple(json.loads(row.topics)) if row.topics else (),
         created_at=row.created_at,
         updated_at=row.updated_at,
         decided_at=row.decided_at,

@@ -60,8 +60,8 @@ class _FinishOperator(BaseOperator):
     def label(self) -> BatchKey:
         return BatchKey(self.export_id, self.run_key)
 
-    def _tags(self, topic: str) -> dict[str, str]:
-        return {"export_id": self.export_id, "topic": topic}
+    def _tags(self, batch: Batch) -> dict[str, str]:
+        return {"export_id": self.export_id, "topic": ",".join(batch.topics)}
 
     @staticmethod
     def _result(finished: Finished) -> dict[str, Any]:
@@ -142,6 +142,10 @@ class KafkaTransactionCommitOperator(_FinishOperator):
                 from_log = self.repair_lost and self.repair_from_log
                 with hook.coordinator(repair_from_log=from_log) as coordinator:
                     finished = self.commit(context, coordinator)
+                    per_topic = records_per_topic(
+                        finished.batch,
+                        coordinator.ledger.participants(self.export_id, self.run_key),
+                    )
             except RepairImpossibleError as exc:
                 self.log.error("%s: LOST and not repairable: %s", self.label, _lost(exc))
                 raise
@@ -159,7 +163,7 @@ class KafkaTransactionCommitOperator(_FinishOperator):
             Stats.incr(
                 "kafka2pc.commit.repaired_partitions",
                 count=len(finished.repaired),
-                tags=self._tags(batch.topic),
+                tags=self._tags(batch),
             )
         self.log.info(
             "%s: COMMITTED %d records in %d participants (%d committed by this try, %.2f s)",
@@ -169,7 +173,7 @@ class KafkaTransactionCommitOperator(_FinishOperator):
             finished.records_now,
             finished.seconds,
         )
-        tags = self._tags(batch.topic)
+        tags = self._tags(batch)
         Stats.incr("kafka2pc.commit.records", count=finished.records_now, tags=tags)
         Stats.timing("kafka2pc.commit.duration", timedelta(seconds=finished.seconds), tags=tags)
         if batch.decided_at and batch.finished_at:
@@ -184,11 +188,11 @@ class KafkaTransactionCommitOperator(_FinishOperator):
             context["outlet_events"],
             self.outlets,
             kafka_conn_id=self.kafka_conn_id,
-            topic=batch.topic,
+            topics=per_topic,
             server=server,
             extra=extra,
         )
-        self._committed = (server, batch, finished.records)
+        self._committed = (server, batch, per_topic)
         return self._result(finished)
 
     def get_openlineage_facets_on_start(self) -> Any:
@@ -200,16 +204,18 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         return lineage(source, source_datasets(source, conf, None))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage: the export's source in, the topic out with the records committed."""
+        """OpenLineage: the export's source in, each topic out with the records committed
+        to it."""
         from ..utils.openlineage import lineage, source_datasets, topic_dataset
 
         source, conf = self._source_for_lineage()
         committed = getattr(self, "_committed", None)
         if committed is None:  # nothing committed by this try: the source only
             return lineage(source, source_datasets(source, conf, None))
-        server, batch, records = committed
+        server, batch, per_topic = committed
         inputs = source_datasets(source, conf, batch.source_rows)
-        return lineage(source, inputs, [topic_dataset(server, batch.topic, records)])
+        outputs = [topic_dataset(server, topic, records) for topic, records in per_topic.items()]
+        return lineage(source, inputs, outputs)
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         """A failed commit reports the source only: no output until the topic has the data."""
@@ -341,8 +347,18 @@ class KafkaTransactionAbortOperator(_FinishOperator):
             finished.records_now,
             len(finished.fenced),
         )
-        Stats.incr("kafka2pc.abort.batches", tags=self._tags(batch.topic))
+        Stats.incr("kafka2pc.abort.batches", tags=self._tags(batch))
         context["ti"].xcom_push(key="abort", value=self._result(finished))
         raise AirflowFailException(
             f"export {self.label} aborted: {batch.verdict_reason}; nothing was committed"
         )
+
+
+def records_per_topic(batch: Batch, participants: Sequence[Participant]) -> dict[str, int]:
+    """Records of the batch per topic, every declared topic listed (0 when no row went to
+    it), from the participants' committables: one output dataset and asset event each."""
+    counts = dict.fromkeys(batch.topics, 0)
+    for participant in participants:
+        for part in participant.committable.partitions:
+            counts[part.topic] = counts.get(part.topic, 0) + part.record_count
+    return counts

@@ -57,6 +57,7 @@ from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import HASH, SOURCE, Manifest
 from ..transaction.registry import RegistryFormat
+from ..transaction.routing import Routing, routing
 from ..utils import config
 from ..utils.connections import require_connection
 from ..utils.task_errors import failing_permanent_errors
@@ -82,7 +83,13 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     :param run_key: the run's key, e.g. its data interval. (templated)
     :param source: ``{"sql": ...}``, ``{"table": ...}`` or ``{"path": ..., "format": ...,
         "options": {...}}``, plus an optional ``"filter"`` (a SQL predicate). (templated)
-    :param topic: an existing Kafka topic. (templated)
+    :param topic: an existing Kafka topic, every row's. (templated) Give exactly one of
+        ``topic`` and ``topic_column``.
+    :param topic_column: a string column naming each row's topic, one of ``topics``: one
+        export, one transaction per participant spanning every topic, committed or aborted
+        as one. A row naming another topic (or null) is refused before anything opens.
+    :param topics: with ``topic_column``, every topic it may name; each is checked (exists,
+        writable) before anything opens, and each is an asset and an OpenLineage output.
     :param num_partitions: Spark partitions = participants = leased transactional ids (>= 1).
     :param key_column: column used as the record key (and to partition the rows).
     :param value_column: string/binary column sent as the value; default: the row as JSON.
@@ -163,7 +170,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         export_id: str,
         run_key: str,
         source: Mapping[str, Any],
-        topic: str,
+        topic: str | None = None,
         num_partitions: int,
         key_column: str | None = None,
         value_column: str | None = None,
@@ -184,9 +191,13 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         timestamp_column: str | None = None,
         writer: str = PYTHON_WRITER,
         spark_mode: str | None = None,
+        topic_column: str | None = None,
+        topics: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
+        if topic is None or "{{" not in topic:
+            routing(topic, topic_column, topics)
         if "{{" not in writer:
             check_writer(writer)
         if "{{" not in id_prefix:
@@ -206,6 +217,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.run_key = run_key
         self.source = dict(source)
         self.topic = topic
+        self.topic_column = topic_column
+        self.topics = None if topics is None else list(topics)
         self.num_partitions = num_partitions
         self.key_column = key_column
         self.value_column = value_column
@@ -246,10 +259,12 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         with failing_permanent_errors():
             source_args = self.validate(kafka)
             with LedgerHook(self.ledger_conn_id).get_conn() as ledger:
+                route = self.route
                 batch = ledger.begin(
                     self.export_id,
                     self.run_key,
-                    topic=self.topic,
+                    topic=route.topic,
+                    topics=route.topics if route.several else None,
                     id_prefix=self.id_prefix,
                     num_partitions=self.num_partitions,
                 )
@@ -265,6 +280,12 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
 
         rows = getattr(self, "_source_rows", None)
         return lineage(self.source, source_datasets(self.source, dict(self.conf or {}), rows))
+
+    @property
+    def route(self) -> Routing:
+        """The export's topics (rendered): one ``topic``, or ``topic_column`` among
+        ``topics``."""
+        return routing(self.topic, self.topic_column, self.topics)
 
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
@@ -299,13 +320,14 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             self.log.info(
                 "schema registry %s", SchemaRegistryHook(self.registry_conn_id).describe()
             )
-        partitions = kafka.check_topic(self.topic)
+        route = self.route
+        partitions = {t: kafka.check_topic(t) for t in route.topics}  # every one, first
         self.log.info(
-            "export %s run %s: topic %r has %d partitions; Kafka settings %s",
+            "export %s run %s: %s; Kafka settings %s",
             self.export_id,
             self.run_key,
-            self.topic,
-            partitions,
+            ", ".join(f"topic {t!r} has {n} partitions" for t, n in partitions.items())
+            + (f", routed by column {route.column!r}" if route.several else ""),
             kafka.describe(),
         )
         return source_args
@@ -376,7 +398,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             f" ({why})" if (why := prepared.metadata.get("partitioning_reason")) else "",
             result["seconds_left"],
         )
-        tags = {"export_id": self.export_id, "topic": self.topic}
+        tags = {"export_id": self.export_id, "topic": ",".join(self.route.topics)}
         Stats.incr("kafka2pc.prepare.records", count=prepared.source_rows, tags=tags)
         Stats.timing(
             "kafka2pc.prepare.duration", timedelta(seconds=time.monotonic() - started), tags=tags
@@ -470,9 +492,13 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     # -- spark-submit -------------------------------------------------------------------
 
     def _writer_args(self) -> list[str]:
+        route = self.route
         return [
-            "--topic",
-            self.topic,
+            *(
+                ["--topic-column", str(route.column), "--topics", ",".join(route.topics)]
+                if route.several
+                else ["--topic", route.topic]
+            ),
             "--transaction-timeout-ms",
             str(self.transaction_timeout_ms),
             "--progress-interval-s",

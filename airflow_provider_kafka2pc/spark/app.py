@@ -40,6 +40,7 @@ from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.spark.writers import PYTHON_WRITER, WRITERS
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, SOURCE, Manifest
 from airflow_provider_kafka2pc.transaction.registry import RegistryFormat
+from airflow_provider_kafka2pc.transaction.routing import routing
 from airflow_provider_kafka2pc.transaction.settings import is_secret
 
 log = logging.getLogger("kafka2pc.spark.app")
@@ -120,7 +121,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="reader option for --source-path (e.g. header=true)",
     )
     parser.add_argument("--filter", help="a SQL predicate applied to the source")
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", help="every row's topic (or --topic-column and --topics)")
+    parser.add_argument(
+        "--topic-column", help="a string column naming each row's topic, one of --topics"
+    )
+    parser.add_argument(
+        "--topics",
+        type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+        help="comma-separated: every topic --topic-column may name",
+    )
     parser.add_argument(
         "--transactional-ids", required=True, help="comma-separated; one Spark partition per id"
     )
@@ -285,9 +294,11 @@ def write_manifest(spark: SparkSession, uri: str, batch: Manifest) -> None:
         raise Kafka2pcError(f"could not move the manifest into place at {uri}")
 
 
-def _topic_partitions(loading: Future[Any], config: Future[dict[str, Any]], topic: str) -> int:
-    """The prepare's topic check, run ahead (``prepare._check_topic``)."""
-    return loading.result()._check_topic(config.result(), topic)
+def _topic_partitions(
+    loading: Future[Any], config: Future[dict[str, Any]], topics: Sequence[str]
+) -> dict[str, int]:
+    """The prepare's topic check, run ahead (``prepare._check_topics``)."""
+    return loading.result()._check_topics(config.result(), list(topics))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -299,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("airflow_provider_kafka2pc", log.name):
         logging.getLogger(name).setLevel(logging.INFO)
     args = parse_args(argv)
+    try:
+        route = routing(args.topic, args.topic_column, args.topics)
+    except ConfigurationError as exc:
+        log.error("%s", exc)
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+        return 2
     repair = args.only_partitions is not None
     # While the SparkSession starts: the import, then the topic check (kafka-python's
     # connection and a Metadata round trip), which would otherwise run between the session's
@@ -307,10 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool = ThreadPoolExecutor(2, thread_name_prefix="kafka2pc-start")
     loading = pool.submit(importlib.import_module, PREPARE_MODULE)
     config = pool.submit(kafka_config, args)
-    checking = pool.submit(_topic_partitions, loading, config, args.topic)
+    checking = pool.submit(_topic_partitions, loading, config, route.topics)
     pool.shutdown(wait=False)
     spark = SparkSession.builder.appName(
-        f"kafka2pc-{'repair' if repair else 'prepare'}-{args.topic}"
+        f"kafka2pc-{'repair' if repair else 'prepare'}-{'+'.join(route.topics)}"
     ).getOrCreate()
     prepare = loading.result()
     try:
@@ -325,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             batch = prepare.prepare_dataframe(
                 source,
                 topic=args.topic,
+                topic_column=args.topic_column,
+                topics=args.topics,
                 transactional_ids=[
                     t.strip() for t in args.transactional_ids.split(",") if t.strip()
                 ],
@@ -376,9 +395,11 @@ def refuse(
 ) -> int:
     """A repair that wrote nothing: the manifest says why (the orchestrator reads it)."""
     log.error("refusing to re-prepare partitions %s: %s", args.only_partitions, why)
+    route = routing(args.topic, args.topic_column, args.topics)
     refused = Manifest(
         job_label=args.job_label or "",
-        topic=args.topic,
+        topic=route.topic,
+        topics=route.topics,
         committables=(),
         source_rows=0,
         partition_rows=tuple(partition_rows),

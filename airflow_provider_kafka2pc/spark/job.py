@@ -115,13 +115,19 @@ def check_num_partitions(num_partitions: object) -> None:
         )
 
 
+def _check_topics(prepared: Manifest, batch: Batch) -> None:
+    if prepared.topics != batch.topics:
+        raise Kafka2pcError(
+            f"the manifest is for topics {list(prepared.topics)}, not {list(batch.topics)}"
+        )
+
+
 def committables_for(
     prepared: Manifest, batch: Batch, timeout_ms: int = defaults.TRANSACTION_TIMEOUT_MS
 ) -> list[Committable]:
     """One committable per leased id, in order; an empty source yields empty ones."""
     ids = list(batch.transactional_ids)
-    if prepared.topic != batch.topic:
-        raise Kafka2pcError(f"the manifest is for topic {prepared.topic!r}, not {batch.topic!r}")
+    _check_topics(prepared, batch)
     if not prepared.committables and prepared.source_rows == 0:
         now_ms = int(time.time() * 1000)
         return [Committable.empty(tid, now_ms, timeout_ms) for tid in ids]
@@ -167,8 +173,7 @@ def repaired_committables(
     refused = prepared.metadata.get("refused")
     if refused:
         raise RepairImpossibleError(str(refused))
-    if prepared.topic != batch.topic:
-        raise Kafka2pcError(f"the manifest is for topic {prepared.topic!r}, not {batch.topic!r}")
+    _check_topics(prepared, batch)
     indexes = sorted(p.index for p in lost)
     written = prepared.metadata.get("partitions")
     if written != indexes or len(prepared.committables) != len(indexes):

@@ -64,7 +64,7 @@ FAULT_PROPERTY = "kafka2pc.test.fault"
 def jvm_write(
     prepared: DataFrame,
     *,
-    topic: str,
+    topics: Sequence[str],
     transactional_ids: Sequence[str],
     settings: Mapping[str, str],
     transaction_timeout_ms: int,
@@ -72,7 +72,8 @@ def jvm_write(
     selected: Sequence[int] | None,
 ) -> list[Any]:
     """Run the write job (call :func:`ensure_on_classpath` first); one result row per
-    written partition.
+    written partition. With several ``topics`` each row names its own
+    (:data:`.partition_writer.TOPIC`).
 
     ``settings`` are the Java producer's (:func:`java_producer_settings`). They reach the
     executors inside the task's function object only, never in the plan's text: its
@@ -82,7 +83,7 @@ def jvm_write(
     writer = _writer_class(spark)
     jdf = writer.prepare(
         prepared._jdf,
-        topic,
+        list(topics),
         list(transactional_ids),
         dict(settings),
         int(transaction_timeout_ms),

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import WriteError
 from ..transaction.writer import RecordChunk, TransactionalWriter
@@ -25,6 +26,8 @@ VALUE = "__kafka2pc_value"
 HEADER_PREFIX = "__kafka2pc_header_"
 #: The record timestamp (epoch ms, null: the time of writing), when the export sets one.
 TIMESTAMP = "__kafka2pc_timestamp"
+#: Each row's topic, when the export routes rows among several (``topic_column``).
+TOPIC = "__kafka2pc_topic"
 
 #: Called on the executor after each Arrow batch: (partition, attempt, rows so far).
 ArrowBatchCallback = Callable[[int, int, int], None]
@@ -36,7 +39,7 @@ RESULT_SCHEMA = "partition INT, attempt INT, input_rows LONG, committable STRING
 def partition_writer(
     transactional_ids: Sequence[str],
     producer_config: Mapping[str, Any],
-    topic: str,
+    topic: str | Sequence[str],
     transaction_timeout_ms: int,
     header_names: Sequence[str],
     on_batch: ArrowBatchCallback | None = None,
@@ -47,8 +50,10 @@ def partition_writer(
 
     ``on_batch`` runs after each Arrow batch is queued (a fault injected there comes before
     the progress line); ``progress`` gets every batch and, once delivered, the last count;
-    ``batch_produce``: see :class:`~..transaction.writer.TransactionalWriter`.
+    ``batch_produce``: see :class:`~..transaction.writer.TransactionalWriter`. ``topic``
+    a list: the rows carry their topic in :data:`TOPIC`, and each transaction spans them.
     """
+    topic = topic if isinstance(topic, str) else list(topic)
     ids = list(transactional_ids)
     config = dict(producer_config)
     headers = list(header_names)
@@ -125,15 +130,25 @@ def _chunks(
     hook: Callable[[int], None] | None,
 ) -> Iterator[RecordChunk]:
     """Each Arrow batch as one chunk of columns: one ``to_pylist`` per column, no
-    per-record tuple; headers are built per record only for a batch that has some."""
+    per-record tuple; headers are built per record only for a batch that has some. A batch
+    whose rows go to several topics becomes one chunk per topic (Arrow filters, in order)."""
     for batch in batches:
-        keys = batch.column(KEY).to_pylist()
-        values = batch.column(VALUE).to_pylist()
-        stamps = batch.column(TIMESTAMP).to_pylist() if TIMESTAMP in batch.schema.names else None
-        yield RecordChunk(keys, values, _headers(batch, header_names), stamps)
+        if TOPIC in batch.schema.names:
+            routed = batch.column(TOPIC)
+            for topic in pc.unique(routed).to_pylist():
+                yield _chunk(batch.filter(pc.equal(routed, topic)), header_names, topic)
+        else:
+            yield _chunk(batch, header_names, None)
         counter.rows += batch.num_rows
         if hook is not None:
             hook(counter.rows)
+
+
+def _chunk(batch: pa.RecordBatch, header_names: Sequence[str], topic: str | None) -> RecordChunk:
+    keys = batch.column(KEY).to_pylist()
+    values = batch.column(VALUE).to_pylist()
+    stamps = batch.column(TIMESTAMP).to_pylist() if TIMESTAMP in batch.schema.names else None
+    return RecordChunk(keys, values, _headers(batch, header_names), stamps, topic)
 
 
 def _headers(batch: pa.RecordBatch, header_names: Sequence[str]) -> list[Any] | None:

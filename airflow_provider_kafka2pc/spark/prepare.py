@@ -51,6 +51,7 @@ from ..transaction.committable import Committable
 from ..transaction.manifest import ALIGNED, HASH, PARTITIONINGS, SOURCE, Manifest
 from ..transaction.naming import validate_transactional_id
 from ..transaction.protocol import KafkaProtocol
+from ..transaction.routing import Routing, routing
 from ..transaction.tls import check_tls
 from .alignment import Alignment, register_key_hash, why_not_aligned
 from .connect import is_connect, ship_settings
@@ -67,6 +68,7 @@ from .partition_writer import (
     KEY,
     RESULT_SCHEMA,
     TIMESTAMP,
+    TOPIC,
     VALUE,
     ArrowBatchCallback,
     partition_writer,
@@ -104,6 +106,8 @@ _TEXT_TYPES = (T.StringType, T.BinaryType)
 _PARTITION_BY = "__kafka2pc_partition_by"
 #: Starts the error a null required key raises inside the job, so the driver can name it.
 NULL_KEY_MARK = "kafka2pc null key"
+#: Starts the error a row naming no declared topic raises inside the job.
+UNKNOWN_TOPIC_MARK = "kafka2pc unknown topic"
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ class Repair:
 def prepare_dataframe(
     df: DataFrame,
     *,
-    topic: str,
+    topic: str | None = None,
     transactional_ids: Sequence[str],
     producer_config: Mapping[str, Any],
     key_column: str | None = None,
@@ -142,13 +146,20 @@ def prepare_dataframe(
     align_with_kafka: bool = True,
     wire: WireOptions | None = None,
     writer: str = PYTHON,
-    topic_partitions: Future[int] | None = None,
+    topic_partitions: Future[dict[str, int]] | None = None,
     partitioning: str | None = None,
+    topic_column: str | None = None,
+    topics: Sequence[str] | None = None,
 ) -> Manifest:
     """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions, one per partition.
 
     :param df: the rows to export.
-    :param topic: an existing Kafka topic.
+    :param topic: an existing Kafka topic, every row's; or None with ``topic_column``.
+    :param topic_column: a string column naming each row's topic, one of ``topics`` (every
+        one checked before anything opens; a row naming another, or null, is refused
+        before any transaction opens, like a null required key). Each transaction spans
+        the topics its rows go to, so the export commits or aborts as one.
+    :param topics: with ``topic_column``, every topic its values may name.
     :param transactional_ids: one id per Spark partition (leased by the orchestrator);
         their number is the number of partitions.
     :param producer_config: librdkafka settings (``bootstrap.servers``, security, tuning).
@@ -180,8 +191,8 @@ def prepare_dataframe(
         the executors, :mod:`.jvm_writer`; no ``on_batch``, no progress lines yet). The
         manifest records it (``metadata["writer"]``). Which rows a transaction holds does not
         depend on it, so a loss repair may use either (the prepare operator uses its own).
-    :param topic_partitions: the topic check (:func:`_check_topic` of ``producer_config``
-        and ``topic``) already under way: the application starts it while its
+    :param topic_partitions: the topic check (:func:`_check_topics` of ``producer_config``
+        and the topics) already under way: the application starts it while its
         SparkSession starts; its answer or error is taken here, where the check would run.
     :param partitioning: :data:`~..transaction.manifest.SOURCE` writes each of the
         source's own file splits (coalesced to at most one per id) as one transaction,
@@ -194,6 +205,7 @@ def prepare_dataframe(
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
         rows in ``partition_rows``.
     """
+    route = routing(topic, topic_column, topics)
     ids = [validate_transactional_id(t, "transactional_ids[]") for t in transactional_ids]
     if not ids:
         raise ConfigurationError("transactional_ids must name at least one id")
@@ -234,15 +246,16 @@ def prepare_dataframe(
         partitioning,
         align_with_kafka,
         producer_config,
-        topic,
+        route.topics,
         len(ids),
         key_column,
         job_label,
         topic_partitions,
     )
     wire = wire or WireOptions()
-    _encode(df, key_column, value_column, header_columns, wire=wire)  # columns, before the registry
-    schemas = resolve_schemas(df, topic, wire, key_column, value_column)
+    # columns, before the registry
+    _encode(df, key_column, value_column, header_columns, wire=wire, route=route)
+    schemas = _resolved(df, route, wire, key_column, value_column)
     prepared = partitioned_input(
         df,
         len(ids),
@@ -254,6 +267,7 @@ def prepare_dataframe(
         wire=wire,
         schemas=schemas,
         source_splits=pinned is not None,
+        route=route,
     )
     splits = None
     if pinned is not None:
@@ -271,7 +285,7 @@ def prepare_dataframe(
             ids,
             # On Connect the function is pickled into the plan: secrets and files go apart.
             ship_settings(spark, producer_config) if is_connect(spark) else producer_config,
-            topic,
+            list(route.topics) if route.several else route.topic,
             transaction_timeout_ms,
             list(header_columns),
             on_batch,
@@ -290,7 +304,7 @@ def prepare_dataframe(
         def run(data: DataFrame, only: Sequence[int] | None) -> list[Any]:
             return jvm_write(
                 data,
-                topic=topic,
+                topics=list(route.topics),
                 transactional_ids=ids,
                 settings=settings,
                 transaction_timeout_ms=transaction_timeout_ms,
@@ -300,7 +314,7 @@ def prepare_dataframe(
 
     if repair is None:
         try:
-            reports = _write(prepared, run, None, ids, selected, key_column)
+            reports = _write(prepared, run, None, ids, selected, key_column, route)
         except ConfigurationError:
             if splits is not None:  # no shuffle: bad rows are found while writing
                 _fence(producer_config, ids, job_label)
@@ -314,13 +328,13 @@ def prepare_dataframe(
             try:
                 partition_rows = _materialise(prepared, len(ids))
             except Exception as exc:  # the source cannot be read, or a required key is null
-                refused = _null_key_refusal(exc, key_column) or bad_timestamp_refusal(exc)
+                refused = _refusal(exc, key_column, route)
                 if refused is None:
                     raise
                 raise refused from None
             _check_unchanged(partition_rows, expected or ())
             if sum(partition_rows[i] for i in selected):
-                reports = _write(prepared, run, selected, ids, selected, key_column)
+                reports = _write(prepared, run, selected, ids, selected, key_column, route)
             else:
                 reports = []
         finally:
@@ -330,11 +344,12 @@ def prepare_dataframe(
         log.warning("run %s: the source is empty; nothing prepared", job_label)
         return Manifest(
             job_label,
-            topic,
+            route.topic,
             (),
             0,
             (),
             {"empty": True, "message": "source is empty; nothing prepared"},
+            topics=route.topics,
         )
     written = selected if splits is None else [i for i in selected if i < splits.partitions]
     committables = _check_reports(reports, ids, partition_rows, written)
@@ -349,7 +364,8 @@ def prepare_dataframe(
     partial = {"partitions": list(selected)} if len(selected) < len(ids) else {}
     batch = Manifest(
         job_label=job_label,
-        topic=topic,
+        topic=route.topic,
+        topics=route.topics,
         committables=committables,
         source_rows=source_rows,
         partition_rows=partition_rows,
@@ -362,6 +378,7 @@ def prepare_dataframe(
             **({"source_splits": splits.to_dict()} if splits else {}),
             "writer": writer,
             **({"partitioning_reason": why_hash} if why_hash else {}),
+            **({"topic_column": route.column} if route.several else {}),
             **partial,
         },
     )
@@ -382,13 +399,14 @@ def _write(
     ids: Sequence[str],
     selected: Sequence[int],
     key_column: str | None,
+    route: Routing | None = None,
 ) -> list[Any]:
     """Run the write job (``only``: those partitions); a failure names what to do with
     the ids it leaves open."""
     try:
         return run(prepared, only)
     except Exception as exc:  # Py4JJavaError / PythonException: the job failed
-        refused = _null_key_refusal(exc, key_column) or bad_timestamp_refusal(exc)
+        refused = _refusal(exc, key_column, route)
         if refused is not None:
             raise refused from None
         raise PrepareError(
@@ -403,11 +421,11 @@ def _partitioning(
     partitioning: str | None,
     align_with_kafka: bool,
     producer_config: Mapping[str, Any],
-    topic: str,
+    topic: str | Sequence[str],
     partitions: int,
     key_column: str | None,
     job_label: str,
-    topic_partitions: Future[int] | None = None,
+    topic_partitions: Future[dict[str, int]] | None = None,
 ) -> tuple[Alignment | None, str | None, dict[str, str | None] | None]:
     """How this prepare partitions, the topic checked on the way: (alignment, why not the
     partitioning asked, the pinned split settings when by source splits, else None).
@@ -426,7 +444,7 @@ def _partitioning(
         )
         why_not_source = why_not_splittable(df)
         if why_not_source is None:
-            _checked_topic(producer_config, topic, topic_partitions)
+            _checked_topics(producer_config, topic, topic_partitions)
             return None, None, pinned
         if recorded == SOURCE:
             raise SourceChangedError(
@@ -443,7 +461,7 @@ def _partitioning(
             log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
         return alignment, why_not_source or why_hash, None
     # by hash as asked, or a repair as its prepare did, whatever the topic is now
-    _checked_topic(producer_config, topic, topic_partitions)
+    _checked_topics(producer_config, topic, topic_partitions)
     alignment = None if recorded is None else recorded_alignment(spark, recorded, partitions)
     return alignment, why_not_source, None
 
@@ -475,16 +493,23 @@ def _fence(producer_config: Mapping[str, Any], ids: Sequence[str], job_label: st
 def kafka_alignment(
     spark: SparkSession,
     producer_config: Mapping[str, Any],
-    topic: str,
+    topic: str | Sequence[str],
     partitions: int,
     key_column: str | None,
-    checking: Future[int] | None = None,
+    checking: Future[dict[str, int]] | None = None,
 ) -> tuple[Alignment | None, str | None]:
-    """The topic checked (or the answer of ``checking``, its check under way), then
-    ``partitions`` Spark partitions aligned with its Kafka partitions where that applies
-    (:mod:`.alignment`); else no alignment and why not."""
-    kafka_partitions = _checked_topic(producer_config, topic, checking)
-    why = why_not_aligned(kafka_partitions, partitions, key_column, producer_config)
+    """The topics checked (or the answer of ``checking``, their check under way), then
+    ``partitions`` Spark partitions aligned with their Kafka partitions where that applies
+    (:mod:`.alignment`: every topic's partition count a multiple of ``partitions``; a
+    participant then owns the partitions ``p mod N`` = its index of every topic); else no
+    alignment and why not, naming the topic when there are several."""
+    counts = _checked_topics(producer_config, topic, checking)
+    why = None
+    for name, kafka_partitions in counts.items():
+        why = why_not_aligned(kafka_partitions, partitions, key_column, producer_config)
+        if why is not None:
+            why = why.replace("the topic's", f"topic {name!r}'s") if len(counts) > 1 else why
+            break
     why = why or register_key_hash(spark)
     if why is not None:
         return None, why
@@ -513,6 +538,32 @@ def recorded_alignment(spark: SparkSession, partitioning: str, partitions: int) 
             f"session cannot recompute: {why}; nothing was written"
         )
     return Alignment(partitions)
+
+
+def _refusal(
+    exc: Exception, key_column: str | None, route: Routing | None
+) -> ConfigurationError | None:
+    """The clear error for a job refused by its input (a null required key, a row naming
+    an undeclared topic, a bad timestamp), else None."""
+    return (
+        _null_key_refusal(exc, key_column)
+        or _unknown_topic_refusal(exc, route)
+        or bad_timestamp_refusal(exc)
+    )
+
+
+def _unknown_topic_refusal(exc: Exception, route: Routing | None) -> ConfigurationError | None:
+    """The error to raise when ``exc`` is a row naming a topic outside the declared ones."""
+    text = str(exc)
+    at = text.find(UNKNOWN_TOPIC_MARK)
+    if at < 0 or route is None:
+        return None
+    named = text[at + len(UNKNOWN_TOPIC_MARK) :].lstrip(": ").split("\n")[0].split()[0:1]
+    return ConfigurationError(
+        f"topic column {route.column!r} names topic {named[0] if named else '?'} in some rows, "
+        f"not among topics={list(route.topics)} (declare it, or filter those rows out; a "
+        "null is refused too); nothing was written"
+    )
 
 
 def _null_key_refusal(exc: Exception, key_column: str | None) -> ConfigurationError | None:
@@ -604,6 +655,7 @@ def partitioned_input(
     wire: WireOptions | None = None,
     schemas: Schemas | None = None,
     source_splits: bool = False,
+    route: Routing | None = None,
 ) -> DataFrame:
     """``df`` as the writers see it: binary key/value/header columns in ``partitions``.
 
@@ -616,7 +668,14 @@ def partitioned_input(
     writing task.
     """
     encoded = _encode(
-        df, key_column, value_column, header_columns, require_keys, wire=wire, schemas=schemas
+        df,
+        key_column,
+        value_column,
+        header_columns,
+        require_keys,
+        wire=wire,
+        schemas=schemas,
+        route=route,
     )
     if source_splits:
         return df.select(*encoded).coalesce(partitions)
@@ -641,6 +700,7 @@ def _encode(
     *,
     wire: WireOptions | None = None,
     schemas: Schemas | None = None,
+    route: Routing | None = None,
 ) -> list[Column]:
     """Key, value and header columns as binary, computed by Spark (not per row in Python);
     with ``wire``, the record timestamp too, and a null value where a tombstone is asked.
@@ -711,18 +771,70 @@ def _encode(
     extra = []
     if wire.timestamp_column is not None:
         extra.append(timestamp_value(df, wire.timestamp_column).alias(TIMESTAMP))
+    if route is not None and route.column is not None:
+        extra.append(_topic(route, field(route.column, "topic")).alias(TOPIC))
     return [key.alias(KEY), value.alias(VALUE), *headers, *extra]
+
+
+def _topic(route: Routing, data_type: T.DataType) -> Column:
+    """Each row's topic; a row naming none of the declared topics (or null) fails the job
+    with :data:`UNKNOWN_TOPIC_MARK` (in the shuffle's map stage: before any writer opens)."""
+    if not isinstance(data_type, T.StringType):
+        raise ConfigurationError(
+            f"topic column {route.column!r} has type {data_type.simpleString()}; use a string "
+            "column of topic names"
+        )
+    named = F.col(str(route.column))
+    return F.when(
+        named.isNull() | ~named.isin(*route.topics),
+        F.raise_error(F.concat(F.lit(f"{UNKNOWN_TOPIC_MARK}: "), F.coalesce(named, F.lit("null")))),
+    ).otherwise(named)
+
+
+def _resolved(
+    df: DataFrame,
+    route: Routing,
+    wire: WireOptions,
+    key_column: str | None,
+    value_column: str | None,
+) -> Schemas:
+    """The registry's schemas, asked per topic (a subject per topic under the topic-name
+    strategies); every topic must get the same schema id, as a record carries one id."""
+    found = [resolve_schemas(df, t, wire, key_column, value_column) for t in route.topics]
+    for role in ("value", "key"):
+        ids = {
+            t: getattr(s, role).schema_id
+            for t, s in zip(route.topics, found, strict=True)
+            if getattr(s, role) is not None
+        }
+        if len(set(ids.values())) > 1:
+            raise ConfigurationError(
+                f"the registry gives the topics different {role} schema ids {ids}; a record's "
+                "bytes carry one id: register the same schema under each subject, or use "
+                "subject_name_strategy='record_name'; nothing was written"
+            )
+    return found[0]
 
 
 def _as_binary(column: Column, data_type: T.DataType) -> Column:
     return column if isinstance(data_type, T.BinaryType) else column.cast("string").cast("binary")
 
 
-def _checked_topic(
-    producer_config: Mapping[str, Any], topic: str, checking: Future[int] | None
-) -> int:
-    """The answer of ``checking`` (:func:`_check_topic` started ahead), else the check now."""
-    return checking.result() if checking is not None else _check_topic(producer_config, topic)
+def _checked_topics(
+    producer_config: Mapping[str, Any],
+    topic: str | Sequence[str],
+    checking: Future[dict[str, int]] | None,
+) -> dict[str, int]:
+    """The answer of ``checking`` (:func:`_check_topics` started ahead), else the check now."""
+    if checking is not None:
+        return checking.result()
+    return _check_topics(producer_config, topic)
+
+
+def _check_topics(producer_config: Mapping[str, Any], topic: str | Sequence[str]) -> dict[str, int]:
+    """Each topic's number of partitions, every one checked; the first unusable named."""
+    topics = [topic] if isinstance(topic, str) else list(topic)
+    return {t: _check_topic(producer_config, t) for t in topics}
 
 
 def _check_topic(producer_config: Mapping[str, Any], topic: str) -> int:

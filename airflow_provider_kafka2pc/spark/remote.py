@@ -17,6 +17,7 @@ from pyspark.errors import AnalysisException
 
 from ..errors import Kafka2pcError, SourceChangedError
 from ..transaction.manifest import SOURCE, Manifest
+from ..transaction.routing import routing
 from .app import parse_args, read_source, wire_options
 from .connect import write_manifest
 from .prepare import Repair, prepare_dataframe
@@ -47,6 +48,8 @@ def prepare_remote(spark: Any, argv: Sequence[str], producer_config: Mapping[str
         batch = prepare_dataframe(
             source,
             topic=args.topic,
+            topic_column=args.topic_column,
+            topics=args.topics,
             transactional_ids=[t.strip() for t in args.transactional_ids.split(",") if t.strip()],
             producer_config=dict(producer_config),
             key_column=args.key_column,
@@ -78,7 +81,8 @@ def _refuse(args: Any, why: str, partition_rows: Sequence[int]) -> RepairRefused
         args.manifest,
         Manifest(
             job_label=args.job_label or "",
-            topic=args.topic,
+            topic=routing(args.topic, args.topic_column, args.topics).topic,
+            topics=routing(args.topic, args.topic_column, args.topics).topics,
             committables=(),
             source_rows=0,
             partition_rows=tuple(partition_rows),

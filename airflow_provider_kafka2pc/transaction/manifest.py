@@ -28,7 +28,11 @@ PARTITIONINGS = (ALIGNED, HASH, SOURCE)
 
 @dataclass(frozen=True)
 class Manifest:
-    """All committables of one run; ``committables[i]`` belongs to Spark partition ``i``."""
+    """All committables of one run; ``committables[i]`` belongs to Spark partition ``i``.
+
+    ``topic`` is the first of ``topics``, every topic the export writes (a ``topic_column``
+    routes rows among several; a manifest written before several were possible reads as
+    its one topic)."""
 
     #: What the prepare job called itself (``export/run key#attempt``), for its logs.
     job_label: str
@@ -37,6 +41,24 @@ class Manifest:
     source_rows: int
     partition_rows: tuple[int, ...]
     metadata: dict[str, Any] = field(default_factory=dict)
+    topics: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.topics:
+            object.__setattr__(self, "topics", (self.topic,))
+        elif self.topics[0] != self.topic:
+            raise CommittableError(
+                f"manifest topic {self.topic!r} is not the first of its topics {self.topics}"
+            )
+
+    def records_per_topic(self) -> dict[str, int]:
+        """Records prepared per topic, over every committable's ranges (each declared
+        topic listed, 0 when no row went to it)."""
+        counts = dict.fromkeys(self.topics, 0)
+        for committable in self.committables:
+            for part in committable.partitions:
+                counts[part.topic] = counts.get(part.topic, 0) + part.record_count
+        return counts
 
     @property
     def record_count(self) -> int:
@@ -57,6 +79,7 @@ class Manifest:
             "schema": MANIFEST_SCHEMA_VERSION,
             "job_label": self.job_label,
             "topic": self.topic,
+            "topics": list(self.topics),
             "source_rows": self.source_rows,
             "partition_rows": list(self.partition_rows),
             "record_count": self.record_count,
@@ -81,6 +104,9 @@ class Manifest:
         rows = data.get("partition_rows")
         if not isinstance(rows, list) or not all(isinstance(n, int) for n in rows):
             raise CommittableError("manifest field 'partition_rows' must be a list of integers")
+        topics = data.get("topics", [data["topic"]])
+        if not isinstance(topics, list) or not all(isinstance(t, str) and t for t in topics):
+            raise CommittableError("manifest field 'topics' must be a list of topic names")
         committables = data.get("committables")
         if not isinstance(committables, list):
             raise CommittableError("manifest field 'committables' must be a list")
@@ -91,6 +117,7 @@ class Manifest:
             source_rows=int(data.get("source_rows", -1)),
             partition_rows=tuple(rows),
             metadata=dict(data.get("metadata") or {}),
+            topics=tuple(topics),
         )
         if batch.record_count != batch.source_rows:
             raise CommittableError(

@@ -64,6 +64,8 @@ class RecordChunk:
     #: Per record the topic partition it must go to; None: the partitioner decides. A loss
     #: repair's copy puts each record back into the partition it was written to.
     partitions: Sequence[int] | None = None
+    #: The topic every record of the chunk goes to; None: the write's only topic.
+    topic: str | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -130,6 +132,27 @@ class DeliveryReports:
         else:
             self.per_partition[partition] = 1
             self.first[partition] = offset
+
+
+class TopicDeliveryReports(DeliveryReports):
+    """:class:`DeliveryReports` of a write to several topics: keyed by (topic, partition).
+    A subclass, so a one-topic write's callback keeps its plain int keys."""
+
+    __slots__ = ()
+
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            if self.error is None:
+                self.error = err
+            return
+        where = (msg.topic(), msg.partition())
+        offset = msg.offset()
+        self.last[where] = offset  # type: ignore[index]
+        if where in self.per_partition:
+            self.per_partition[where] += 1  # type: ignore[index]
+        else:
+            self.per_partition[where] = 1  # type: ignore[index]
+            self.first[where] = offset  # type: ignore[index]
 
 
 class BrokerLinks:
@@ -267,20 +290,30 @@ class TransactionalWriter:
         """
         return self.write_chunks(topic, _chunked(records))
 
-    def write_chunks(self, topic: str, chunks: Iterable[RecordChunk]) -> Committable:
+    def write_chunks(
+        self, topic: str | Sequence[str], chunks: Iterable[RecordChunk]
+    ) -> Committable:
         """:meth:`write` for records already grouped in :class:`RecordChunk` s (Arrow batches).
 
         The input is consumed one chunk at a time: a chunk is queued before the next is
         asked for, so a caller's generator sees each of its chunks queued when it resumes.
+        ``topic`` may list several topics: each chunk then names its own (``chunk.topic``),
+        every topic is checked before the transaction opens, and the one transaction spans
+        them all (its committable has a range per topic-partition).
         """
-        if not isinstance(topic, str) or not topic:
-            raise ConfigurationError("topic must be a non-empty string")
+        topics = [topic] if isinstance(topic, str) else list(topic)
+        if not topics or not all(isinstance(t, str) and t for t in topics):
+            raise ConfigurationError("topic must be a non-empty string (or a list of them)")
+        several = len(topics) > 1
         stats: dict[str, Any] = {}
         links = BrokerLinks()
-        deliveries = DeliveryReports()
+        deliveries = TopicDeliveryReports() if several else DeliveryReports()
         errors = ClientErrors(self._config.get("error_cb"))
         producer = self._producer(stats, links, deliveries, errors)
-        self._check_topic(producer, topic, errors)
+        for each in topics:
+            self._check_topic(producer, each, errors)
+        chunks = _routed(chunks, topics)
+        topic = topics[0] if not several else ", ".join(topics)  # what errors name
         iterator = iter(chunks)
         first = next((c for c in iterator if len(c)), None)
         start_ms = int(self._clock() * 1000)
@@ -307,8 +340,12 @@ class TransactionalWriter:
                 raise
             raise WriteError(f"writing to {topic!r} failed, transaction aborted: {exc}") from exc
         parts = tuple(
-            PartitionRange(topic, p, deliveries.first[p], deliveries.last[p], n)
-            for p, n in sorted(deliveries.per_partition.items())
+            PartitionRange(*where, deliveries.first[where], deliveries.last[where], n)  # type: ignore[index]
+            if several
+            else PartitionRange(
+                topics[0], where, deliveries.first[where], deliveries.last[where], n
+            )
+            for where, n in sorted(deliveries.per_partition.items())
         )
         committable = Committable(
             transactional_id=self.transactional_id,
@@ -455,15 +492,16 @@ class TransactionalWriter:
         """
         count = 0
         for chunk in itertools.chain((first,), rest):
+            to = chunk.topic or topic
             if (
                 self.batch_produce
                 and chunk.headers is None
                 and chunk.timestamps is None
                 and chunk.partitions is None
             ):
-                self._produce_batch(producer, topic, chunk, count, deliveries, links)
+                self._produce_batch(producer, to, chunk, count, deliveries, links)
             else:
-                self._produce_chunk(producer, topic, chunk, count, deliveries, links)
+                self._produce_chunk(producer, to, chunk, count, deliveries, links)
             count += len(chunk)
             producer.poll(0)
             self._raise_delivery_error(topic, deliveries, links)
@@ -698,6 +736,19 @@ class TransactionalWriter:
             return False
         log.warning("%s: transaction aborted after %s", self.transactional_id, type(cause).__name__)
         return True
+
+
+def _routed(chunks: Iterable[RecordChunk], topics: Sequence[str]) -> Iterator[RecordChunk]:
+    """``chunks``, each checked to go to one of ``topics`` (a chunk without a topic goes to
+    the only one); a chunk naming another topic fails the write (its transaction aborted)."""
+    known = frozenset(topics)
+    for chunk in chunks:
+        if chunk.topic is None:
+            if len(topics) > 1:
+                raise WriteError(f"a chunk names no topic; this write goes to {list(topics)}")
+        elif chunk.topic not in known:
+            raise WriteError(f"a chunk goes to topic {chunk.topic!r}, not among {list(topics)}")
+        yield chunk
 
 
 def _chunked(records: Iterable[Record]) -> Iterator[RecordChunk]:

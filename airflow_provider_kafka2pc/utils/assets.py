@@ -36,21 +36,24 @@ def emit_committed(
     outlets: Iterable[Any],
     *,
     kafka_conn_id: str,
-    topic: str,
+    topics: Mapping[str, int],
     server: str,
     extra: Mapping[str, Any],
 ) -> list[Asset]:
     """Attach ``extra`` to the commit's asset events: on each plain :class:`Asset` outlet,
-    and through this export's :func:`topic_alias` as the topic's asset (other aliases are
+    and through this export's :func:`topic_alias` of each of ``topics`` (name: records
+    committed to it, in the event's ``committed``) as that topic's asset (other aliases are
     the user's business). Returns the assets the events are for."""
     emitted: list[Asset] = []
-    alias_name = topic_alias(topic, kafka_conn_id).name
+    aliases = {topic_alias(t, kafka_conn_id).name: t for t in topics}
     for outlet in outlets:
         if isinstance(outlet, Asset):
             outlet_events[outlet].extra = dict(extra)
             emitted.append(outlet)
-        elif isinstance(outlet, AssetAlias) and outlet.name == alias_name:
+        elif isinstance(outlet, AssetAlias) and outlet.name in aliases:
+            topic = aliases[outlet.name]
             asset = topic_asset(server, topic)
-            outlet_events[outlet].add(asset, extra=dict(extra))
+            per_topic = {**extra, "committed": topics[topic]} if len(topics) > 1 else extra
+            outlet_events[outlet].add(asset, extra=dict(per_topic))
             emitted.append(asset)
     return emitted

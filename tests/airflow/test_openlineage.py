@@ -130,3 +130,31 @@ def test_committed_export_reports_input_and_topic_aborted_export_no_output(
     assert datasets(prepare, "inputs") == [source_in]  # it read the source all the same
     # Both witnesses: the committed run's rows once, the aborted run's invisible.
     assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=ROWS)
+
+
+def test_an_export_into_several_topics_reports_one_output_per_topic(
+    export_env, make_topic, settings, tmp_path, protocol, bootstrap
+):
+    topics = [make_topic(2), make_topic(2)]
+    path = tmp_path / "routed.json"
+    path.write_text(
+        "".join(
+            json.dumps({"order_id": i, "amount": i * 2.5, "kind": topics[i % 2]}) + "\n"
+            for i in range(ROWS)
+        )
+    )
+    source = {"path": str(path), "format": "json"}
+    spec = {"topic": None, "topic_column": "kind", "topics": topics, "source": source}
+    result = finish(run_child(tmp_path, "multi", {"dag_id": "ol_multi", "day": 1, **spec}))
+    assert result["state"] == "success", result
+
+    server = f"kafka://{settings['bootstrap.servers'].split(',')[0]}"
+    ok = events(tmp_path / "multi.openlineage.jsonl")
+    (commit,) = [e for e in task_events(ok, "ol_multi", "commit") if e["eventType"] == "COMPLETE"]
+    assert datasets(commit, "outputs") == [(server, t, ROWS // 2) for t in topics], commit
+    assert datasets(commit, "inputs") == [("file", source["path"], ROWS)], commit
+    # The topics are outputs of the commit only.
+    outputs = [(e["job"]["name"], d[1]) for e in ok for d in datasets(e, "outputs")]
+    assert outputs == [("ol_multi.export.commit", t) for t in topics], outputs
+    for topic in topics:
+        assert_exactly_once(protocol, bootstrap, topic, committed=ROWS // 2, aborted=0)

@@ -35,25 +35,26 @@ final class Committable {
             long producerId,
             int producerEpoch,
             int transactionVersion,
-            String topic,
-            TreeMap<Integer, Range> partitions,
+            TreeMap<String, TreeMap<Integer, Range>> partitions,
             long startTimeMs,
             long transactionTimeoutMs) {
         StringBuilder out = new StringBuilder(256);
         out.append("{\"partitions\": [");
         long total = 0;
         boolean first = true;
-        for (Map.Entry<Integer, Range> entry : partitions.entrySet()) {
-            Range range = entry.getValue();
-            total += range.count;
-            out.append(first ? "" : ", ")
-                    .append("{\"first_offset\": ").append(range.first)
-                    .append(", \"last_offset\": ").append(range.last)
-                    .append(", \"partition\": ").append(entry.getKey())
-                    .append(", \"record_count\": ").append(range.count)
-                    .append(", \"topic\": ");
-            string(out, topic).append('}');
-            first = false;
+        for (Map.Entry<String, TreeMap<Integer, Range>> topic : partitions.entrySet()) {
+            for (Map.Entry<Integer, Range> entry : topic.getValue().entrySet()) {
+                Range range = entry.getValue();
+                total += range.count;
+                out.append(first ? "" : ", ")
+                        .append("{\"first_offset\": ").append(range.first)
+                        .append(", \"last_offset\": ").append(range.last)
+                        .append(", \"partition\": ").append(entry.getKey())
+                        .append(", \"record_count\": ").append(range.count)
+                        .append(", \"topic\": ");
+                string(out, topic.getKey()).append('}');
+                first = false;
+            }
         }
         out.append("], \"producer_epoch\": ").append(producerEpoch)
                 .append(", \"producer_id\": ").append(producerId)
@@ -68,7 +69,7 @@ final class Committable {
 
     /** No record, so no transaction opened: what the Python writer reports alike. */
     static String empty(String transactionalId, long startTimeMs, long transactionTimeoutMs) {
-        return json(transactionalId, -1, -1, TRANSACTION_VERSION_CLASSIC, "", new TreeMap<>(),
+        return json(transactionalId, -1, -1, TRANSACTION_VERSION_CLASSIC, new TreeMap<>(),
                 startTimeMs, transactionTimeoutMs);
     }
 

@@ -10,7 +10,9 @@ import org.apache.kafka.clients.producer.RecordMetadata;
  * and the first failure. Called on the producer's I/O thread, read by the task's.
  */
 final class Deliveries implements Callback {
-    private final TreeMap<Integer, Committable.Range> partitions = new TreeMap<>();
+    /** Topic, then partition: the order the Python writer lists its ranges in. */
+    private final TreeMap<String, TreeMap<Integer, Committable.Range>> partitions =
+            new TreeMap<>();
     private long count;
     private volatile Exception error;
 
@@ -22,7 +24,8 @@ final class Deliveries implements Callback {
             }
             return;
         }
-        partitions.computeIfAbsent(metadata.partition(), p -> new Committable.Range())
+        partitions.computeIfAbsent(metadata.topic(), t -> new TreeMap<>())
+                .computeIfAbsent(metadata.partition(), p -> new Committable.Range())
                 .add(metadata.offset());
         count++;
     }
@@ -31,15 +34,15 @@ final class Deliveries implements Callback {
         return count;
     }
 
-    synchronized TreeMap<Integer, Committable.Range> partitions() {
+    synchronized TreeMap<String, TreeMap<Integer, Committable.Range>> partitions() {
         return partitions;
     }
 
     /** Fails the task at the first failed delivery, naming it. */
-    void raiseFirstError(String topic) {
+    void raiseFirstError() {
         Exception failed = error;
         if (failed != null) {
-            throw new IllegalStateException("delivery to '" + topic + "' failed: "
+            throw new IllegalStateException("delivery failed: "
                     + failed.getClass().getSimpleName() + ": " + failed.getMessage(), failed);
         }
     }

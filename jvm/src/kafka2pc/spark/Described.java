@@ -3,6 +3,7 @@ package kafka2pc.spark;
 import java.io.IOException;
 import java.io.InputStream;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeSet;
@@ -104,17 +105,18 @@ final class Described {
      * The coordinator's record must cover every partition the records landed in, with the
      * timeout asked: otherwise this is not the transaction the records were written into.
      */
-    void checkCovers(String topic, Set<Integer> partitions, long timeoutMs) {
-        Set<Integer> known = new TreeSet<>();
+    void checkCovers(Map<String, ? extends Map<Integer, ?>> partitions, long timeoutMs) {
+        Set<String> known = new TreeSet<>();
         for (TopicPartition tp : description.topicPartitions()) {
-            if (tp.topic().equals(topic)) {
-                known.add(tp.partition());
-            }
+            known.add(tp.toString());
         }
-        if (!known.containsAll(partitions) || description.transactionTimeoutMs() != timeoutMs) {
+        Set<String> written = new TreeSet<>();
+        partitions.forEach((topic, ranges) -> ranges.keySet().forEach(
+                p -> written.add(new TopicPartition(topic, p).toString())));
+        if (!known.containsAll(written) || description.transactionTimeoutMs() != timeoutMs) {
             throw new IllegalStateException("the coordinator's transaction (partitions " + known
                     + ", timeout " + description.transactionTimeoutMs() + " ms) is not the one "
-                    + "written (partitions " + partitions + ", timeout " + timeoutMs + " ms)");
+                    + "written (partitions " + written + ", timeout " + timeoutMs + " ms)");
         }
     }
 }

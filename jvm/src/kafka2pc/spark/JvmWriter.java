@@ -38,7 +38,8 @@ public final class JvmWriter {
      *
      * @param encoded the rows as binary key/value/header columns (and an optional long
      *     {@code __kafka2pc_timestamp}), one Spark partition per transactional id
-     * @param topic the topic every record goes to
+     * @param topics the export's topics: with one, every record goes to it; with several,
+     *     each row names its own in {@code __kafka2pc_topic}, and each transaction spans them
      * @param transactionalIds one id per Spark partition
      * @param producerSettings Java client settings (already translated and checked)
      * @param transactionTimeoutMs the transaction timeout asked of the coordinator
@@ -47,7 +48,7 @@ public final class JvmWriter {
      */
     public static Dataset<Row> prepare(
             Dataset<Row> encoded,
-            String topic,
+            List<String> topics,
             List<String> transactionalIds,
             Map<String, String> producerSettings,
             long transactionTimeoutMs,
@@ -55,7 +56,7 @@ public final class JvmWriter {
             List<Integer> selected) {
         Set<Integer> only = selected == null ? null : new HashSet<>(selected);
         PartitionWriter writer = new PartitionWriter(
-                topic,
+                new ArrayList<>(topics),
                 new ArrayList<>(transactionalIds),
                 new HashMap<>(producerSettings),
                 transactionTimeoutMs,

@@ -51,6 +51,8 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
     static final String VALUE = "__kafka2pc_value";
     static final String TIMESTAMP = "__kafka2pc_timestamp";
     static final String HEADER_PREFIX = "__kafka2pc_header_";
+    /** Each row's topic, when the export routes rows among several. */
+    static final String TOPIC = "__kafka2pc_topic";
     /** Client certificate and key files, read on the executor into a PEM key store. */
     static final String CERTIFICATE_FILE = "kafka2pc.ssl.certificate.location";
     static final String KEY_FILE = "kafka2pc.ssl.key.location";
@@ -63,7 +65,7 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             .add("input_rows", DataTypes.LongType, false)
             .add("committable", DataTypes.StringType, false);
 
-    private final String topic;
+    private final ArrayList<String> topics;
     private final ArrayList<String> ids;
     private final HashMap<String, String> settings;
     private final long transactionTimeoutMs;
@@ -71,13 +73,13 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
     private final Set<Integer> selected;
 
     PartitionWriter(
-            String topic,
+            ArrayList<String> topics,
             ArrayList<String> ids,
             HashMap<String, String> settings,
             long transactionTimeoutMs,
             ArrayList<String> headerNames,
             Set<Integer> selected) {
-        this.topic = topic;
+        this.topics = topics;
         this.ids = ids;
         this.settings = settings;
         this.transactionTimeoutMs = transactionTimeoutMs;
@@ -87,7 +89,7 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
 
     @Override
     public String toString() {
-        return "kafka2pc.JvmWriter(topic=" + topic + ", transactions=" + ids.size() + ")";
+        return "kafka2pc.JvmWriter(topics=" + topics + ", transactions=" + ids.size() + ")";
     }
 
     @Override
@@ -118,11 +120,11 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
             producer.beginTransaction();
             Row first = rows.next();
-            Columns columns = new Columns(first.schema(), headerNames);
+            Columns columns = new Columns(first.schema(), headerNames, topics);
             Row row = first;
             while (true) {
-                deliveries.raiseFirstError(topic);
-                producer.send(columns.record(topic, row), deliveries);
+                deliveries.raiseFirstError();
+                producer.send(columns.record(row), deliveries);
                 sent++;
                 if (fault != null) {
                     fault.check(partition, attempt, sent, producer);
@@ -133,15 +135,15 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
                 row = rows.next();
             }
             producer.flush();
-            deliveries.raiseFirstError(topic);
+            deliveries.raiseFirstError();
             if (deliveries.count() != sent) {
                 throw new IllegalStateException(sent + " records sent but " + deliveries.count()
                         + " delivered");
             }
             Described described = Described.of(adminProperties(), tid, describeTimeoutMs());
-            described.checkCovers(topic, deliveries.partitions().keySet(), transactionTimeoutMs);
+            described.checkCovers(deliveries.partitions(), transactionTimeoutMs);
             String committable = Committable.json(tid, described.producerId, described.epoch,
-                    described.transactionVersion, topic, deliveries.partitions(), start,
+                    described.transactionVersion, deliveries.partitions(), start,
                     transactionTimeoutMs);
             // Not close(): a graceful close aborts the open transaction. ZERO leaves it open.
             producer.close(Duration.ZERO);
@@ -255,10 +257,20 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
         private final int key;
         private final int value;
         private final int timestamp;
+        private final int topicColumn;
+        private final String topic;
+        private final Set<String> topics;
         private final int[] headers;
         private final String[] names;
 
-        Columns(StructType schema, List<String> headerNames) {
+        Columns(StructType schema, List<String> headerNames, List<String> exportTopics) {
+            topicColumn = List.of(schema.fieldNames()).indexOf(TOPIC);
+            topic = exportTopics.get(0);
+            topics = Set.copyOf(exportTopics);
+            if (topicColumn < 0 && exportTopics.size() > 1) {
+                throw new IllegalStateException("several topics " + exportTopics + " but no "
+                        + TOPIC + " column to route the rows");
+            }
             key = schema.fieldIndex(KEY);
             value = schema.fieldIndex(VALUE);
             timestamp = List.of(schema.fieldNames()).indexOf(TIMESTAMP);
@@ -269,7 +281,16 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             }
         }
 
-        ProducerRecord<byte[], byte[]> record(String topic, Row row) {
+        ProducerRecord<byte[], byte[]> record(Row row) {
+            String topic = this.topic;
+            if (topicColumn >= 0) {
+                topic = row.isNullAt(topicColumn) ? null : row.getString(topicColumn);
+                // The driver's map stage refuses these first; Set.copyOf refuses contains(null).
+                if (topic == null || !topics.contains(topic)) {
+                    throw new IllegalStateException("a row goes to topic " + topic
+                            + ", not among the export's " + topics);
+                }
+            }
             byte[] k = row.isNullAt(key) ? null : (byte[]) row.get(key);
             byte[] v = row.isNullAt(value) ? null : (byte[]) row.get(value); // null: a tombstone
             Long ts = timestamp < 0 || row.isNullAt(timestamp) ? null : row.getLong(timestamp);
