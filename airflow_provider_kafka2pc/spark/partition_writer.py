@@ -148,7 +148,7 @@ def _chunk(batch: pa.RecordBatch, header_names: Sequence[str], topic: str | None
     keys = batch.column(KEY).to_pylist()
     values = batch.column(VALUE).to_pylist()
     stamps = batch.column(TIMESTAMP).to_pylist() if TIMESTAMP in batch.schema.names else None
-    return RecordChunk(keys, values, _headers(batch, header_names), stamps, topic)
+    return RecordChunk(keys, values, _headers(batch, header_names), stamps, topic=topic)
 
 
 def _headers(batch: pa.RecordBatch, header_names: Sequence[str]) -> list[Any] | None:

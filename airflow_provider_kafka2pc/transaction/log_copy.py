@@ -101,11 +101,6 @@ class LogCopy:
         (nothing decompressed); :class:`NotInLogError` naming the first gap otherwise."""
         if committable.is_empty:
             raise NotInLogError(committable, "it recorded no records")
-        topics = {part.topic for part in committable.partitions}
-        if len(topics) > 1:
-            raise NotInLogError(
-                committable, f"it spans {len(topics)} topics; the copy writes one topic"
-            )
         found = []
         for part in committable.partitions:
             batches = self._batches(committable, part, with_records=False, deadline=deadline)
@@ -184,7 +179,8 @@ class LogCopy:
         and raises the same. The new committable has the same partitions and counts.
         """
         located = self.locate(committable, deadline=deadline)
-        topic = committable.partitions[0].topic
+        # A transaction of a routed export spans several topics: the copy spans the same.
+        topics = list(dict.fromkeys(part.topic for part in committable.partitions))
         timeout_ms = self._timeout_ms or (
             defaults.TRANSACTION_TIMEOUT_MS
             if committable.kip939
@@ -192,14 +188,14 @@ class LogCopy:
         )
         writer = self._writer_factory(self._config, committable.transactional_id, timeout_ms)
         try:
-            copied = writer.write_chunks(topic, self._chunks(located, deadline))
+            copied = writer.write_chunks(topics, self._chunks(located, deadline))
         except Kafka2pcError as exc:
             refused = authorization_error(
                 exc,
                 self._config,
                 "repair a lost participant from the log (produce)",
                 transactional_ids=[committable.transactional_id],
-                topics=[topic],
+                topics=topics,
             )
             if refused is not None and not isinstance(exc, AuthorizationError):
                 raise refused from None
@@ -242,6 +238,7 @@ class LogCopy:
                             for r in chunk
                         ],
                         partitions=[part.partition] * len(chunk),
+                        topic=part.topic,
                     )
             if count != part.record_count:
                 raise NotInLogError(

@@ -95,13 +95,21 @@ def test_routing_is_checked_when_the_dag_is_parsed(export_dag):
         export_dag(topic=None, topic_column="kind")
 
 
+@pytest.mark.parametrize("way", ["source", "log"])
 def test_a_loss_across_topics_is_repaired_exactly_once_per_topic(
-    export_dag, run_export, make_topic, protocol, bootstrap, ledger
+    way, export_dag, run_export, make_topic, protocol, bootstrap, ledger
 ):
     """Flink's scenario (tests/airflow/test_loss_repair.py) with rows routed among two
     topics: participants 1 and 2 time out after the COMMIT verdict; the commit re-prepares
-    them from the source, into the same topics, and every topic ends with its rows once."""
+    them from the source (``source``) or copies their aborted records from the log, each
+    transaction spanning both topics (``log``), and every topic ends with its rows once."""
     from tests.airflow.test_loss_repair import EXPORT_TIMEOUT_MS, CommitRetriedAfterTheTimeout
+
+    class Commit(CommitRetriedAfterTheTimeout):
+        def __init__(self, **kwargs):
+            super(CommitRetriedAfterTheTimeout, self).__init__(
+                repair_from_log=way == "log", **kwargs
+            )
 
     topics = [make_topic(3), make_topic(3)]
     dag = export_dag(
@@ -113,15 +121,16 @@ def test_a_loss_across_topics_is_repaired_exactly_once_per_topic(
         retries=1,
         transaction_timeout_ms=EXPORT_TIMEOUT_MS,
         commit_margin_s=1.0,
-        operator_classes={"commit": CommitRetriedAfterTheTimeout},
+        operator_classes={"commit": Commit},
     )
-    result = run_export(dag, day=7)
+    result = run_export(dag, day=7 if way == "source" else 8)
 
     assert result.state == "success", result
     assert result.tries["commit"] == 2, result
     prepared = CommitRetriedAfterTheTimeout.seen["prepared"]
     committed = result.xcom("commit")
     assert [r["partition"] for r in committed["repaired"]] == [1, 2], committed
+    assert {r["from"] for r in committed["repaired"]} == {way}, committed
     with ledger.open() as store:
         parts = store.participants(committed["export_id"], committed["run_key"])
     assert all({r.topic for r in p.committable.partitions} == set(topics) for p in parts)
