@@ -189,8 +189,8 @@ def describe_meanwhile(
     source: DataFrame, prepared: DataFrame, settings: Mapping[str, str | None]
 ) -> Future[SourceSplits]:
     """:func:`describe` on a thread, started before the write job: only the manifest needs
-    the record, and planning it (a third of the driver's time between the source's read
-    and the write, docs/performance.md) then overlaps the job instead of delaying it.
+    the record, and planning it (close to half of the driver's time between the source's
+    read and the write, docs/performance.md) then overlaps the job instead of delaying it.
     Wait for it before the split settings are restored."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="kafka2pc-splits")
     try:
