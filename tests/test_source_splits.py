@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_kafka2pc.errors import ConfigurationError, SourceChangedError
-from airflow_provider_kafka2pc.spark import prepare_dataframe
+from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError, SourceChangedError
+from airflow_provider_kafka2pc.spark import prepare_dataframe, source_splits
 from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.source_splits import SPLIT_SETTINGS, SourceSplits
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
@@ -227,4 +227,26 @@ def test_a_null_key_found_while_writing_is_refused_and_leaves_nothing_open(
     with pytest.raises(ConfigurationError, match="key column 'id' is null in some rows"):
         prepare(spark, source, topic, ids(4), settings, writer=writer)
     report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
+    assert report.totals["open"] == 0, report.to_dict()
+
+
+@pytest.mark.parametrize("writer", ["python", "jvm"])
+def test_a_split_record_that_cannot_be_made_aborts_what_the_write_opened(
+    spark, settings, bootstrap, protocol, make_topic, tmp_path, monkeypatch, writer
+):
+    """The record is planned while the job writes (off the driver's path between jobs);
+    without it the batch could not be repaired, so a record that fails (scripted: a real
+    planner does not fail there) aborts every transaction the write opened, then says so."""
+
+    def unplannable(*args: object) -> SourceSplits:
+        raise RuntimeError("the planner went away")
+
+    monkeypatch.setattr(source_splits, "describe", unplannable)
+    source = write_files(tmp_path / "orders")
+    topic = make_topic(3)
+    spark.conf.set(OPEN_COST, "0")
+    with pytest.raises(PrepareError, match=r"source splits could not be recorded.*went away"):
+        prepare(spark, source, topic, ids(3), settings, writer=writer)
+    assert spark.conf.get("spark.sql.files.minPartitionNum", None) is None  # restored
+    report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0, aborted=ROWS)
     assert report.totals["open"] == 0, report.to_dict()

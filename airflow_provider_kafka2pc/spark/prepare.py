@@ -35,7 +35,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,13 @@ from .partition_writer import (
     partition_writer,
 )
 from .progress import PartitionProgress
-from .source_splits import SourceSplits, pin_settings, restoring_settings, why_not_splittable
+from .source_splits import (
+    SourceSplits,
+    describe_meanwhile,
+    pin_settings,
+    restoring_settings,
+    why_not_splittable,
+)
 from .source_splits import check_unchanged as check_splits_unchanged
 from .source_splits import describe as describe_splits
 from .wire import (
@@ -103,6 +109,7 @@ _ATOMIC_KEY_TYPES = (
     T.TimestampNTZType,
 )
 _TEXT_TYPES = (T.StringType, T.BinaryType)
+_BINARY = T.BinaryType()
 _PARTITION_BY = "__kafka2pc_partition_by"
 #: Starts the error a null required key raises inside the job, so the driver can name it.
 NULL_KEY_MARK = "kafka2pc null key"
@@ -270,16 +277,13 @@ def prepare_dataframe(
         route=route,
     )
     splits = None
-    if pinned is not None:
+    describing = None
+    if pinned is not None and repair is not None:  # before any count, cache or transaction
         splits = describe_splits(df, prepared, pinned)
-        if repair is not None:  # before any count, cache or transaction
-            check_splits_unchanged(splits, _recorded_splits(repair))
-        log.info(
-            "run %s: %d source splits in %d partitions, no shuffle",
-            job_label,
-            splits.splits,
-            splits.partitions,
-        )
+        check_splits_unchanged(splits, _recorded_splits(repair))
+        log.info("run %s: %d source splits unchanged, no shuffle", job_label, splits.splits)
+    elif pinned is not None:  # only the manifest needs it: planned while the job writes
+        describing = describe_meanwhile(df, prepared, pinned)
     if java_settings is None:
         python_writer = partition_writer(
             ids,
@@ -316,9 +320,14 @@ def prepare_dataframe(
         try:
             reports = _write(prepared, run, None, ids, selected, key_column, route)
         except ConfigurationError:
-            if splits is not None:  # no shuffle: bad rows are found while writing
+            if pinned is not None:  # no shuffle: bad rows are found while writing
                 _fence(producer_config, ids, job_label)
             raise
+        finally:
+            if describing is not None:  # it plans under the pinned settings: not past them
+                wait([describing])
+        if describing is not None:
+            splits = _described(describing, producer_config, ids, job_label)
         partition_rows = _reported_rows(reports, len(ids))
     else:
         # The recorded counts are checked before any transaction opens, so the recomputed
@@ -464,6 +473,31 @@ def _partitioning(
     _checked_topics(producer_config, topic, topic_partitions)
     alignment = None if recorded is None else recorded_alignment(spark, recorded, partitions)
     return alignment, why_not_source, None
+
+
+def _described(
+    describing: Future[SourceSplits],
+    producer_config: Mapping[str, Any],
+    ids: Sequence[str],
+    job_label: str,
+) -> SourceSplits:
+    """The split record planned during the write; without it the batch cannot be
+    repaired, so what the write opened is aborted before the error."""
+    try:
+        splits = describing.result()
+    except Exception as exc:
+        _fence(producer_config, ids, job_label)
+        raise PrepareError(
+            f"the source splits could not be recorded ({type(exc).__name__}: {exc}); "
+            "this run's transactions were aborted"
+        ) from exc
+    log.info(
+        "run %s: %d source splits in %d partitions, no shuffle",
+        job_label,
+        splits.splits,
+        splits.partitions,
+    )
+    return splits
 
 
 def _recorded_splits(repair: Repair | None) -> SourceSplits | None:
@@ -717,7 +751,7 @@ def _encode(
         return fields[name]
 
     if key_column is None:
-        key = F.lit(None).cast("binary")
+        key = F.lit(None).cast(_BINARY)
     else:
         key_type = field(key_column, "key")
         if wire.key_format is not None:
@@ -742,10 +776,10 @@ def _encode(
         value = (
             registry_value(df, value_column, schemas.value)
             if schemas.value is not None
-            else F.lit(None).cast("binary")  # columns checked; encoded once resolved
+            else F.lit(None).cast(_BINARY)  # columns checked; encoded once resolved
         )
     elif value_column is None:
-        value = F.to_json(F.struct(*[F.col(c) for c in df.columns])).cast("binary")
+        value = F.to_json(F.struct(*[F.col(c) for c in df.columns])).cast(_BINARY)
     else:
         value_type = field(value_column, "value")
         if not isinstance(value_type, _TEXT_TYPES):
@@ -766,7 +800,7 @@ def _encode(
         headers.append(_as_binary(F.col(name), header_type).alias(HEADER_PREFIX + name))
     if wire.tombstone_when is not None:
         value = F.when(
-            tombstone_condition(df, wire.tombstone_when, key_column), F.lit(None).cast("binary")
+            tombstone_condition(df, wire.tombstone_when, key_column), F.lit(None).cast(_BINARY)
         ).otherwise(value)
     extra = []
     if wire.timestamp_column is not None:
@@ -817,7 +851,13 @@ def _resolved(
 
 
 def _as_binary(column: Column, data_type: T.DataType) -> Column:
-    return column if isinstance(data_type, T.BinaryType) else column.cast("string").cast("binary")
+    """Cast by type, not by name: a name goes through Spark's SQL parser, whose first use
+    (its grammar loaded in the driver's JVM) was a tenth of the driver's time between
+    the source's read and the write (docs/performance.md)."""
+    if isinstance(data_type, T.BinaryType):
+        return column
+    text = column if isinstance(data_type, T.StringType) else column.cast(T.StringType())
+    return text.cast(_BINARY)
 
 
 def _checked_topics(

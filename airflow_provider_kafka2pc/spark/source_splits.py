@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -182,6 +183,20 @@ def describe(
         fingerprint=files_fingerprint(source),
         layout=_digest(ranges),
     )
+
+
+def describe_meanwhile(
+    source: DataFrame, prepared: DataFrame, settings: Mapping[str, str | None]
+) -> Future[SourceSplits]:
+    """:func:`describe` on a thread, started before the write job: only the manifest needs
+    the record, and planning it (close to half of the driver's time between the source's
+    read and the write, docs/performance.md) then overlaps the job instead of delaying it.
+    Wait for it before the split settings are restored."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="kafka2pc-splits")
+    try:
+        return pool.submit(describe, source, prepared, settings)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def check_unchanged(now: SourceSplits, recorded: SourceSplits) -> None:
