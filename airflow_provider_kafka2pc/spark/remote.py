@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException
 
 from ..errors import Kafka2pcError, SourceChangedError
 from ..transaction.manifest import Manifest
-from .app import parse_args, read_source
+from .app import parse_args, read_source, requested_partitioning
 from .connect import write_manifest
 from .prepare import Repair, prepare_dataframe
 
@@ -56,6 +56,8 @@ def prepare_remote(spark: Any, argv: Sequence[str], producer_config: Mapping[str
             job_label=args.job_label,
             progress_interval_s=args.progress_interval_s,
             align_with_kafka=args.align_with_kafka,
+            writer=args.writer,
+            partitioning=requested_partitioning(args),
             repair=Repair(args.only_partitions, args.expected_partition_rows, args.partitioning)
             if repair
             else None,
