@@ -484,7 +484,7 @@ def _partitioning(
         )
         if why_hash is not None:
             log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
-        return alignment, why_not_source or why_hash, None
+        return alignment, "; ".join(r for r in (why_not_source, why_hash) if r) or None, None
     # by hash as asked, or a repair as its prepare did, whatever the topic is now
     _checked_topic(producer_config, topic, topic_partitions)
     alignment = None if recorded is None else recorded_alignment(spark, recorded, partitions)
