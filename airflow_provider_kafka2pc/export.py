@@ -33,7 +33,8 @@ from .operators.finish import KafkaTransactionAbortOperator, KafkaTransactionCom
 from .operators.prepare import SparkKafkaPrepareOperator
 from .sensors.dangling import KafkaDanglingTransactionSensor
 from .spark.job import check_num_partitions, source_arguments
-from .spark.writers import PYTHON_WRITER, check_writer
+from .spark.partitionings import AUTO_PARTITIONING
+from .spark.writers import AUTO_WRITER, check_writer
 from .transaction import naming
 from .transaction.naming import default_prefix as default_id_prefix
 from .transaction.routing import routing
@@ -106,8 +107,8 @@ def kafka_exactly_once_export(
     spark_conf: Mapping[str, str] | None = None,
     spark_binary: str | None = None,
     manifest_dir: str | None = None,
-    partitioning: str | None = None,
-    writer: str = PYTHON_WRITER,
+    partitioning: str | None = AUTO_PARTITIONING,
+    writer: str = AUTO_WRITER,
     prepare_kwargs: Mapping[str, Any] | None = None,
     grace_period: timedelta | None = None,
     deferrable: bool = False,
@@ -154,10 +155,13 @@ def kafka_exactly_once_export(
         ``spark-submit`` on PATH, else pyspark's own.
     :param manifest_dir: where the prepare job writes its manifest (a URI the driver and
         the worker both reach); default a temporary local directory.
-    :param partitioning: ``"source-splits"``: no shuffle, each of the source's own file
-        splits is one transaction (docs/partitioning.md); None: aligned with Kafka or by hash.
-    :param writer: ``"python"`` (confluent-kafka in Spark's Python workers) or ``"jvm"``
-        (Kafka's Java producer inside the executors; docs/jvm-writer.md).
+    :param partitioning: ``"auto"`` (default): no shuffle where the plan pins the source's
+        own file splits, else aligned with Kafka where that applies, else by hash;
+        ``"source-splits"``, ``"kafka-aligned"`` or ``"hash"`` ask for one
+        (docs/partitioning.md).
+    :param writer: ``"auto"`` (default: the JVM writer on spark-submit, the Python one on
+        Spark Connect), ``"python"`` (confluent-kafka in Spark's Python workers) or
+        ``"jvm"`` (Kafka's Java producer inside the executors; docs/jvm-writer.md).
     :param prepare_kwargs: more :class:`SparkSubmitOperator` arguments (executor_memory, ...).
     :param grace_period: when another run's batch counts as abandoned; None:
         ``[kafka2pc] grace_period_s`` (1 h unless configured).

@@ -19,7 +19,7 @@ from airflow_provider_kafka2pc.spark import prepare_dataframe, source_splits
 from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.source_splits import SPLIT_SETTINGS, SourceSplits
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.manifest import HASH, SOURCE, Manifest
+from airflow_provider_kafka2pc.transaction.manifest import ALIGNED, HASH, SOURCE, Manifest
 
 from .conftest import assert_exactly_once, unique_id
 from .spark_support import PYTHON_ENV, QUIET_CONF
@@ -250,3 +250,68 @@ def test_a_split_record_that_cannot_be_made_aborts_what_the_write_opened(
     assert spark.conf.get("spark.sql.files.minPartitionNum", None) is None  # restored
     report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0, aborted=ROWS)
     assert report.totals["open"] == 0, report.to_dict()
+
+
+def test_the_defaults_read_a_file_source_by_its_splits_with_the_jvm_writer(
+    spark, settings, bootstrap, protocol, make_topic, tmp_path
+):
+    """``auto`` and ``auto``: a file source is read by its splits (no shuffle) and written
+    by the JVM writer; a generated source is aligned, the reason recorded; an explicit
+    ``kafka-aligned`` still shuffles the file source. Each exactly once."""
+    source = write_files(tmp_path / "orders")
+    by_default, generated, aligned = make_topic(3), make_topic(3), make_topic(3)
+    batches = {
+        by_default: prepare_dataframe(
+            spark.read.parquet(str(source)),
+            topic=by_default,
+            transactional_ids=ids(3),
+            producer_config=settings,
+            key_column="id",
+        ),
+        generated: prepare_dataframe(
+            spark.range(600).selectExpr("id", "id % 7 AS bucket"),
+            topic=generated,
+            transactional_ids=ids(3),
+            producer_config=settings,
+            key_column="id",
+        ),
+        aligned: prepare_dataframe(
+            spark.read.parquet(str(source)),
+            topic=aligned,
+            transactional_ids=ids(3),
+            producer_config=settings,
+            key_column="id",
+            partitioning=ALIGNED,
+        ),
+    }
+    assert {b.metadata["writer"] for b in batches.values()} == {"jvm"}
+    assert not any("writer_reason" in b.metadata for b in batches.values())
+    assert batches[by_default].partitioning == SOURCE
+    assert "partitioning_reason" not in batches[by_default].metadata
+    assert batches[generated].partitioning == ALIGNED
+    assert "only a file source" in batches[generated].metadata["partitioning_reason"]
+    assert batches[aligned].partitioning == ALIGNED
+    assert "source_splits" not in batches[aligned].metadata
+    for topic, batch in batches.items():
+        assert commit(protocol, batch.committables) == {Outcome.COMMITTED}
+        assert_exactly_once(
+            protocol, bootstrap, topic, *batch.committables, committed=batch.source_rows
+        )
+
+
+def test_auto_takes_the_python_writer_for_an_on_batch_hook_and_says_why(
+    spark, settings, bootstrap, protocol, make_topic
+):
+    topic = make_topic(2)
+    batch = prepare_dataframe(
+        spark.range(200).selectExpr("id"),
+        topic=topic,
+        transactional_ids=ids(2),
+        producer_config=settings,
+        key_column="id",
+        on_batch=lambda partition, attempt, rows: None,
+    )
+    assert batch.metadata["writer"] == "python"
+    assert "on_batch" in batch.metadata["writer_reason"]
+    assert commit(protocol, batch.committables) == {Outcome.COMMITTED}
+    assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=200)

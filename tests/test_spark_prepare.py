@@ -520,8 +520,9 @@ def test_spark_submit_local_then_commit_from_another_process(
     bootstrap, protocol, make_topic, tmp_path, writer
 ):
     topic = make_topic(4)
+    # --shuffle: aligned, as asked (a parquet source is read by its splits by default).
     code, manifest, stdout = submit_prepare(
-        "local[2]", bootstrap, topic, tmp_path, ids(4), "--writer", writer
+        "local[2]", bootstrap, topic, tmp_path, ids(4), "--writer", writer, "--shuffle"
     )
     log = (tmp_path / "spark-submit.log").read_text()
     assert code == 0, log[-3000:]
@@ -570,8 +571,8 @@ def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
 
 @WRITERS
 def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path, writer):
-    """Aligned with Kafka by default there too: the executors, other JVMs, load the Java
-    UDF from the jar the driver added (and, with the JVM writer, kafka-clients alike)."""
+    """Aligned with Kafka (asked: ``--shuffle``) there too: the executors, other JVMs, load
+    the Java UDF from the jar the driver added (and, with the JVM writer, kafka-clients)."""
     topic = make_topic(6)
     with standalone_cluster(workers=2, log_dir=tmp_path) as master:
         code, manifest, _ = submit_prepare(
@@ -584,6 +585,7 @@ def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tm
             "day = '2026-11-21'",
             "--writer",
             writer,
+            "--shuffle",
         )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
     batch = Manifest.from_json(manifest.read_text())

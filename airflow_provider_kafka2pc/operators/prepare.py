@@ -52,7 +52,8 @@ from ..spark.job import (
     summary,
     with_project_jar,
 )
-from ..spark.writers import PYTHON_WRITER, check_writer
+from ..spark.partitionings import AUTO_PARTITIONING, check_partitioning
+from ..spark.writers import AUTO_WRITER, check_writer
 from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import HASH, SOURCE, Manifest
@@ -113,12 +114,14 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         topic whose partitions are a multiple of ``num_partitions``, otherwise the rows are
         partitioned by hash). Loss repair uses the same setting: change it only between
         intervals.
-    :param partitioning: ``"source-splits"``: each of the source's own file splits
-        (coalesced to at most ``num_partitions``) is one transaction, without a shuffle;
-        the split settings and a fingerprint of the input go to the ledger, and a loss
-        repair recomputes the same splits or refuses. A source without pinnable splits is
-        partitioned as with None (the log says why). None (default): by ``align_with_kafka``.
-        docs/partitioning.md compares them.
+    :param partitioning: ``"auto"`` (default): source splits where the plan pins them,
+        else aligned with Kafka where that applies, else by hash. ``"source-splits"``: each
+        of the source's own file splits (coalesced to at most ``num_partitions``) is one
+        transaction, without a shuffle; the split settings and a fingerprint of the input
+        go to the ledger, and a loss repair recomputes the same splits or refuses. A source
+        without pinnable splits is shuffled (the log says why). ``"kafka-aligned"`` or
+        None: a shuffle, aligned by ``align_with_kafka``; ``"hash"``: a shuffle by hash.
+        The ledger records what was used. docs/partitioning.md compares them.
     :param registry_conn_id: the schema registry's ``http`` connection
         (:class:`~..hooks.registry.SchemaRegistryHook`); needed with ``value_format`` or
         ``key_format``.
@@ -130,9 +133,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         is a tombstone (null value). A null ``value_column`` is one too. (templated)
     :param timestamp_column: the records' CreateTime: a timestamp column or a long column
         of epoch ms; null: the time of writing. (templated)
-    :param writer: who writes the transactions: ``"python"`` (confluent-kafka in Spark's
-        Python workers, the default) or ``"jvm"`` (Kafka's Java producer inside the
-        executors; docs/jvm-writer.md). Loss repair re-prepares with the same. (templated)
+    :param writer: who writes the transactions: ``"auto"`` (default: the JVM writer on
+        spark-submit, the Python one on Spark Connect or where the JVM one cannot load),
+        ``"python"`` (confluent-kafka in Spark's Python workers) or ``"jvm"`` (Kafka's Java
+        producer inside the executors; docs/jvm-writer.md). The task log and the manifest
+        name the one used. Loss repair re-prepares with the same setting. (templated)
     :param spark_mode: ``"submit"`` (spark-submit of the packaged application) or
         ``"connect"`` (the same prepare in this task's process, its plan sent to a Spark
         Connect server: :mod:`.spark_connect`); None: ``"connect"`` when ``spark_conn_id``
@@ -183,13 +188,13 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         manifest_dir: str | None = None,
         progress_interval_s: float = defaults.PROGRESS_INTERVAL_S,
         align_with_kafka: bool = True,
-        partitioning: str | None = None,
+        partitioning: str | None = AUTO_PARTITIONING,
         registry_conn_id: str | None = None,
         value_format: Mapping[str, Any] | None = None,
         key_format: Mapping[str, Any] | None = None,
         tombstone_when: str | None = None,
         timestamp_column: str | None = None,
-        writer: str = PYTHON_WRITER,
+        writer: str = AUTO_WRITER,
         spark_mode: str | None = None,
         topic_column: str | None = None,
         topics: Sequence[str] | None = None,
@@ -235,11 +240,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         self.manifest_dir = manifest_dir
         self.progress_interval_s = progress_interval_s
         self.align_with_kafka = align_with_kafka
-        if partitioning not in (None, SOURCE):
-            raise ConfigurationError(
-                f"partitioning must be {SOURCE!r} (no shuffle) or None, got {partitioning!r}"
-            )
-        self.partitioning = partitioning
+        self.partitioning = check_partitioning(partitioning, align_with_kafka)
         self.registry_conn_id = registry_conn_id
         self.value_format = None if value_format is None else dict(value_format)
         self.key_format = None if key_format is None else dict(key_format)
@@ -388,12 +389,14 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             raise
         result = summary(batch, ledger.participants(self.export_id, self.run_key))
         self.log.info(
-            "%s: prepared %d rows in %d partitions %s, partitioned %s%s; earliest "
-            "transaction timeout in %s s",
+            "%s: prepared %d rows in %d partitions %s by the %s writer%s, partitioned %s%s; "
+            "earliest transaction timeout in %s s",
             label,
             prepared.source_rows,
             len(committables),
             [c.record_count for c in committables],
+            prepared.metadata.get("writer", "python"),
+            f" ({why})" if (why := prepared.metadata.get("writer_reason")) else "",
             prepared.partitioning or HASH,
             f" ({why})" if (why := prepared.metadata.get("partitioning_reason")) else "",
             result["seconds_left"],
@@ -503,15 +506,24 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             str(self.transaction_timeout_ms),
             "--progress-interval-s",
             str(self.progress_interval_s),
-            "--align-with-kafka" if self.align_with_kafka else "--no-align-with-kafka",
+            "--align-with-kafka"
+            if self.align_with_kafka and self.partitioning != HASH
+            else "--no-align-with-kafka",
             "--writer",
             self.writer,
-            *(["--no-shuffle"] if self.partitioning == SOURCE else []),
+            *self._partitioning_args(),
             *(["--key-column", self.key_column] if self.key_column else []),
             *(["--value-column", self.value_column] if self.value_column else []),
             *[arg for h in self.header_columns for arg in ("--header-column", h)],
             *self._wire_args(),
         ]
+
+    def _partitioning_args(self) -> list[str]:
+        """Auto: none (the application decides); source splits: ``--no-shuffle``; else
+        ``--shuffle`` (aligned or by hash as ``--align-with-kafka`` says)."""
+        if self.partitioning == AUTO_PARTITIONING:
+            return []
+        return ["--no-shuffle"] if self.partitioning == SOURCE else ["--shuffle"]
 
     def _registry_formats(self) -> tuple[RegistryFormat | None, RegistryFormat | None]:
         """(value format, key format) checked; a clear error for a bad option."""

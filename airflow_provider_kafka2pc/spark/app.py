@@ -36,8 +36,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
+from airflow_provider_kafka2pc.spark.partitionings import AUTO_PARTITIONING
 from airflow_provider_kafka2pc.spark.wire import WireOptions
-from airflow_provider_kafka2pc.spark.writers import PYTHON_WRITER, WRITERS
+from airflow_provider_kafka2pc.spark.writers import AUTO_WRITER, WRITERS
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, SOURCE, Manifest
 from airflow_provider_kafka2pc.transaction.registry import RegistryFormat
 from airflow_provider_kafka2pc.transaction.routing import routing
@@ -96,6 +97,14 @@ def by_source_splits(spark: SparkSession, args: argparse.Namespace) -> None:
     for key, value in ((args.source_splits or {}).get("settings") or {}).items():
         if key in SPLIT_SETTINGS and value is not None:
             spark.conf.set(key, str(value))
+
+
+def requested_partitioning(args: argparse.Namespace) -> str | None:
+    """The partitioning ``--shuffle`` asks for: none said, auto; ``--no-shuffle``, source
+    splits; ``--shuffle``, aligned or by hash as ``--align-with-kafka`` says."""
+    if args.shuffle is None:
+        return AUTO_PARTITIONING
+    return None if args.shuffle else SOURCE
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -176,17 +185,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--writer",
         choices=WRITERS,
-        default=PYTHON_WRITER,
-        help="who writes the transactions: confluent-kafka in Python workers (python) or "
-        "Kafka's Java producer inside the executors (jvm; docs/jvm-writer.md)",
+        default=AUTO_WRITER,
+        help="who writes the transactions: confluent-kafka in Python workers (python), "
+        "Kafka's Java producer inside the executors (jvm; docs/jvm-writer.md), or the JVM "
+        "one where it loads, else the Python one (auto, the default)",
     )
     parser.add_argument(
         "--shuffle",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="--no-shuffle: each of the source's own file splits (coalesced to at most one "
         "per id) is one transaction, no shuffle; a source without such splits is shuffled "
-        "and the manifest says why (docs/partitioning.md; default: shuffle)",
+        "and the manifest says why. --shuffle: aligned with Kafka or by hash (by "
+        "--align-with-kafka). Neither: source splits where the plan pins them, else the "
+        "shuffle (docs/partitioning.md)",
     )
     parser.add_argument("--job-label")
     parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
@@ -357,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 align_with_kafka=args.align_with_kafka,
                 wire=wire_options(args),
                 writer=args.writer,
-                partitioning=None if args.shuffle else SOURCE,
+                partitioning=requested_partitioning(args),
                 repair=prepare.Repair(
                     args.only_partitions,
                     args.expected_partition_rows,

@@ -84,8 +84,16 @@ def prepare_in_job(
     producer_config: Mapping[str, Any],
     *,
     progress_interval_s: float | None = defaults.PROGRESS_INTERVAL_S,
+    writer: str = "auto",
+    partitioning: str | None = "auto",
 ) -> Manifest | None:
     """Prepare ``df`` as the run's parameters say and write the manifest where they say.
+
+    ``writer="auto"`` takes the JVM writer when the session's JVM loads the project's jar
+    and kafka-clients (both are added to the session when the driver can fetch
+    kafka-clients, or brought by the cluster: ``--jars``, ``--packages``), else the
+    Python writer (always on Spark Connect); ``partitioning="auto"`` reads by the
+    source's own splits where the plan pins them. The manifest says what was used.
 
     Call it once per run, from the job's driver (a classic or a Spark Connect session).
     On failure it raises and leaves the manifest unwritten: the record task then fails
@@ -111,6 +119,8 @@ def prepare_in_job(
         job_label=params.job_label,
         progress_interval_s=progress_interval_s,
         align_with_kafka=params.align_with_kafka,
+        writer=writer,
+        partitioning=partitioning,
     )
     write_job_manifest(df.sparkSession, params.manifest, manifest)
     return manifest

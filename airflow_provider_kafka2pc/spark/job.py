@@ -10,6 +10,7 @@ recorded counts).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -22,13 +23,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .. import defaults
-from ..errors import ConfigurationError, Kafka2pcError, RepairImpossibleError
+from ..errors import BrokerFetchError, ConfigurationError, Kafka2pcError, RepairImpossibleError
 from ..ledger import Batch, Participant
 from ..ledger.store import earliest_deadline_ms
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
 from . import PROJECT_JAR
-from .writers import JVM_WRITER, PYTHON_WRITER
+from .writers import AUTO_WRITER, JVM_WRITER
+
+log = logging.getLogger(__name__)
 
 #: Keys of ``source``: exactly one of the first three, plus the optional ones.
 SOURCE_KINDS = ("sql", "table", "path")
@@ -206,7 +209,7 @@ def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]
     }
 
 
-def with_project_jar(conf: Mapping[str, str], writer: str = PYTHON_WRITER) -> dict[str, str]:
+def with_project_jar(conf: Mapping[str, str], writer: str = AUTO_WRITER) -> dict[str, str]:
     """``conf`` with the project's jar added to ``spark.jars`` (after any jars it names).
 
     On the driver's classpath from the start, the key hash UDF registers at the first try:
@@ -216,14 +219,20 @@ def with_project_jar(conf: Mapping[str, str], writer: str = PYTHON_WRITER) -> di
 
     With the JVM writer, kafka-clients goes in before it: the writer's classes, loaded from
     the session's own class path, can only see a Kafka client loaded there too (one added
-    later by ``ADD JAR`` lives in a child class loader they cannot see).
+    later by ``ADD JAR`` lives in a child class loader they cannot see). Under ``auto``
+    a jar that cannot be fetched is left out: the prepare then uses the Python writer.
     """
     jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
     wanted = [PROJECT_JAR]
-    if writer == JVM_WRITER and not _names_kafka_clients(conf, jars):
+    if writer in (JVM_WRITER, AUTO_WRITER) and not _names_kafka_clients(conf, jars):
         from .jvm_writer import kafka_clients_jar  # fetched once into the cache
 
-        wanted.insert(0, str(kafka_clients_jar()))
+        try:
+            wanted.insert(0, str(kafka_clients_jar()))
+        except BrokerFetchError:
+            if writer == JVM_WRITER:
+                raise
+            log.warning("kafka-clients cannot be fetched: the prepare uses the Python writer")
     jars += [jar for jar in wanted if jar not in jars]
     return {**conf, "spark.jars": ",".join(jars)}
 

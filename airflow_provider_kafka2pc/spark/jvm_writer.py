@@ -44,11 +44,21 @@ from ..broker.distribution import (
 from ..errors import BrokerFetchError, ConfigurationError
 from .alignment import JAR
 from .jvm_settings import java_producer_settings
+from .writers import AUTO_WRITER as AUTO
 from .writers import JVM_WRITER as JVM
 from .writers import PYTHON_WRITER as PYTHON
 from .writers import WRITERS, check_writer
 
-__all__ = ["JVM", "PYTHON", "WRITERS", "check_writer", "ensure_on_classpath", "jvm_write"]
+__all__ = [
+    "AUTO",
+    "JVM",
+    "PYTHON",
+    "WRITERS",
+    "check_writer",
+    "choose_writer",
+    "ensure_on_classpath",
+    "jvm_write",
+]
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +129,34 @@ def ensure_on_classpath(spark: SparkSession) -> str:
             f" start Spark with --packages {KAFKA_CLIENTS} and --jars {JAR}, or use "
             "writer='python'"
         ) from None
+
+
+def choose_writer(
+    spark: SparkSession, writer: str, *, connect: bool, on_batch: bool
+) -> tuple[str, str | None, str | None]:
+    """(the writer to use, why not the JVM one under ``auto``, the kafka-clients version
+    loaded for the JVM writer).
+
+    ``auto`` takes the JVM writer wherever it applies: a classic session (``connect``
+    False) without an ``on_batch`` hook (it runs in Python workers), whose JVM loads our
+    jar and kafka-clients (:func:`ensure_on_classpath`); else the Python writer, and why.
+    An explicit ``jvm`` that cannot load them fails with :func:`ensure_on_classpath`'s error.
+    """
+    writer = check_writer(writer)
+    if writer == PYTHON:
+        return PYTHON, None, None
+    if writer == AUTO:
+        if connect:
+            return PYTHON, "Spark Connect (no py4j to the session's JVM)", None
+        if on_batch:
+            return PYTHON, "an on_batch hook runs in Python workers", None
+        try:
+            return JVM, None, ensure_on_classpath(spark)
+        except (ConfigurationError, BrokerFetchError) as exc:
+            return PYTHON, f"the JVM writer cannot load here: {exc}", None
+    if on_batch:
+        raise ConfigurationError("on_batch runs in Python workers: writer='python' only")
+    return JVM, None, ensure_on_classpath(spark)
 
 
 def _writer_class(spark: SparkSession) -> Any:

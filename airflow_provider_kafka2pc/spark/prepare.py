@@ -56,10 +56,11 @@ from ..transaction.tls import check_tls
 from .alignment import Alignment, register_key_hash, why_not_aligned
 from .connect import is_connect, ship_settings
 from .jvm_writer import (
+    AUTO,
     JVM,
     PYTHON,
     check_writer,
-    ensure_on_classpath,
+    choose_writer,
     jvm_write,
     producer_settings,
 )
@@ -73,8 +74,10 @@ from .partition_writer import (
     ArrowBatchCallback,
     partition_writer,
 )
+from .partitionings import AUTO_PARTITIONING, check_partitioning
 from .progress import PartitionProgress
 from .source_splits import (
+    SPLIT_SETTINGS,
     SourceSplits,
     describe_meanwhile,
     pin_settings,
@@ -152,9 +155,9 @@ def prepare_dataframe(
     progress_interval_s: float | None = None,
     align_with_kafka: bool = True,
     wire: WireOptions | None = None,
-    writer: str = PYTHON,
+    writer: str = AUTO,
     topic_partitions: Future[dict[str, int]] | None = None,
-    partitioning: str | None = None,
+    partitioning: str | None = AUTO_PARTITIONING,
     topic_column: str | None = None,
     topics: Sequence[str] | None = None,
 ) -> Manifest:
@@ -193,20 +196,26 @@ def prepare_dataframe(
         (:class:`~.wire.WireOptions`, docs/wire-formats.md); the registry is asked once,
         here on the driver, after the columns and the topic are checked and before any
         transaction opens.
-    :param writer: who writes the transactions: ``"python"`` (confluent-kafka in Spark's
-        Python workers, :mod:`.partition_writer`) or ``"jvm"`` (Kafka's Java producer inside
-        the executors, :mod:`.jvm_writer`; no ``on_batch``, no progress lines yet). The
-        manifest records it (``metadata["writer"]``). Which rows a transaction holds does not
-        depend on it, so a loss repair may use either (the prepare operator uses its own).
+    :param writer: who writes the transactions: ``"auto"`` (default: the JVM writer on a
+        classic session that loads it, else the Python one), ``"python"`` (confluent-kafka
+        in Spark's Python workers, :mod:`.partition_writer`) or ``"jvm"`` (Kafka's Java
+        producer inside the executors, :mod:`.jvm_writer`; no ``on_batch``, no progress
+        lines yet). The manifest records the one used (``metadata["writer"]``, and
+        ``writer_reason`` when ``auto`` could not use the JVM one). Which rows a
+        transaction holds does not depend on it, so a loss repair may use either.
     :param topic_partitions: the topic check (:func:`_check_topics` of ``producer_config``
         and the topics) already under way: the application starts it while its
         SparkSession starts; its answer or error is taken here, where the check would run.
-    :param partitioning: :data:`~..transaction.manifest.SOURCE` writes each of the
-        source's own file splits (coalesced to at most one per id) as one transaction,
-        without a shuffle (:mod:`.source_splits`; it pins the split settings on the
-        session); a source without pinnable splits is partitioned as with None, and the
-        manifest's ``partitioning_reason`` says why. None: aligned or by hash, by
-        ``align_with_kafka``. A loss repair partitions as its prepare did.
+    :param partitioning: ``"auto"`` (default): by source splits where the plan pins
+        them, else aligned with Kafka where that applies (and ``align_with_kafka``), else
+        by hash. :data:`~..transaction.manifest.SOURCE` writes each of the source's own
+        file splits (coalesced to at most one per id) as one transaction, without a
+        shuffle (:mod:`.source_splits`; it pins the split settings on the session); a
+        source without pinnable splits is partitioned as with None, and the manifest's
+        ``partitioning_reason`` says why. :data:`~..transaction.manifest.ALIGNED` or None:
+        a shuffle, aligned where that applies (by ``align_with_kafka``), else by hash;
+        :data:`~..transaction.manifest.HASH`: a shuffle by hash. The manifest records
+        what was used. A loss repair partitions as its prepare did.
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
@@ -219,23 +228,39 @@ def prepare_dataframe(
     if len(set(ids)) != len(ids):
         raise ConfigurationError("transactional_ids must be distinct")
     writer = check_writer(writer)
-    if is_connect(df.sparkSession) and (writer == JVM or partitioning == SOURCE):
+    check_partitioning(partitioning, align_with_kafka)
+    connect = is_connect(df.sparkSession)
+    if connect and (writer == JVM or partitioning == SOURCE):
         # Both reach into the session's JVM through py4j, which a Connect client has not.
         raise ConfigurationError(
             "on Spark Connect the prepare runs with writer='python' and a shuffle; "
             f"writer={writer!r}, partitioning={partitioning!r} need a classic session "
             "(spark-submit)"
         )
-    java_settings = None
+    # Checked and translated before anything opens: an unmappable setting is named now
+    # (under auto, it leaves the prepare to the Python writer).
+    java_settings, why_not_jvm = None, None
+    if writer == JVM or (writer == AUTO and not connect and on_batch is None):
+        try:
+            java_settings = producer_settings(producer_config, transaction_timeout_ms)
+        except ConfigurationError as exc:
+            if writer == JVM:
+                raise
+            writer, why_not_jvm = PYTHON, f"the Java producer cannot take these settings: {exc}"
+    writer, why_not, version = choose_writer(
+        df.sparkSession, writer, connect=connect, on_batch=on_batch is not None
+    )
+    why_not_jvm = why_not_jvm or why_not
     if writer == JVM:
-        if on_batch is not None:
-            raise ConfigurationError("on_batch runs in Python workers: writer='python' only")
-        # Checked and translated before anything opens: an unmappable setting is named now.
-        java_settings = producer_settings(producer_config, transaction_timeout_ms)
-        version = ensure_on_classpath(df.sparkSession)
         log.info("writer jvm: Kafka's Java producer, kafka-clients %s", version)
         if progress_interval_s:
             log.info("writer jvm: no progress lines yet (docs/jvm-writer.md)")
+    else:
+        java_settings = None
+        log.info(
+            "writer python: confluent-kafka in Spark's Python workers%s",
+            f" (not the JVM writer: {why_not_jvm})" if why_not_jvm else "",
+        )
     selected = _selected(repair.partitions if repair else None, len(ids))
     expected = _expected(repair.expected_rows, len(ids)) if repair else None
     spark = df.sparkSession
@@ -386,6 +411,7 @@ def prepare_dataframe(
             "partitioning": SOURCE if splits else HASH if alignment is None else ALIGNED,
             **({"source_splits": splits.to_dict()} if splits else {}),
             "writer": writer,
+            **({"writer_reason": why_not_jvm} if why_not_jvm else {}),
             **({"partitioning_reason": why_hash} if why_hash else {}),
             **({"topic_column": route.column} if route.several else {}),
             **partial,
@@ -443,11 +469,15 @@ def _partitioning(
     """
     spark = df.sparkSession
     recorded = repair.partitioning if repair else None
-    if partitioning not in (None, SOURCE):
-        raise ConfigurationError(f"partitioning must be {SOURCE!r} or None, got {partitioning!r}")
+    check_partitioning(partitioning, align_with_kafka)
     why_not_source = None
-    if recorded == SOURCE or (recorded is None and partitioning == SOURCE):
+    if recorded is None and partitioning == AUTO_PARTITIONING and is_connect(spark):
+        why_not_source = "Spark Connect (no py4j to read the plan)"
+    elif recorded == SOURCE or (recorded is None and partitioning in (SOURCE, AUTO_PARTITIONING)):
         recorded_splits = _recorded_splits(repair)  # pinned before the input is planned
+        before = (
+            None if recorded is not None else {k: spark.conf.get(k, None) for k in SPLIT_SETTINGS}
+        )
         pinned = pin_settings(
             spark, partitions, recorded_splits.settings if recorded_splits else None
         )
@@ -461,14 +491,22 @@ def _partitioning(
                 "its partitions cannot be recomputed, nothing was written",
                 (),
             )
-        log.warning("run %s: not by source splits: %s", job_label, why_not_source)
+        if before is not None:  # the shuffle reads the input as the session would have
+            pin_settings(spark, partitions, before)
+        if partitioning == SOURCE:
+            log.warning("run %s: not by source splits: %s", job_label, why_not_source)
+        else:
+            log.info("run %s: not by source splits: %s", job_label, why_not_source)
+    if recorded is None and partitioning == HASH:
+        _checked_topics(producer_config, topic, topic_partitions)
+        return None, why_not_source, None
     if recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
         alignment, why_hash = kafka_alignment(
             spark, producer_config, topic, partitions, key_column, topic_partitions
         )
         if why_hash is not None:
             log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
-        return alignment, why_not_source or why_hash, None
+        return alignment, "; ".join(r for r in (why_not_source, why_hash) if r) or None, None
     # by hash as asked, or a repair as its prepare did, whatever the topic is now
     _checked_topics(producer_config, topic, topic_partitions)
     alignment = None if recorded is None else recorded_alignment(spark, recorded, partitions)

@@ -16,9 +16,9 @@ from typing import Any
 from pyspark.errors import AnalysisException
 
 from ..errors import Kafka2pcError, SourceChangedError
-from ..transaction.manifest import SOURCE, Manifest
+from ..transaction.manifest import Manifest
 from ..transaction.routing import routing
-from .app import parse_args, read_source, wire_options
+from .app import parse_args, read_source, requested_partitioning, wire_options
 from .connect import write_manifest
 from .prepare import Repair, prepare_dataframe
 
@@ -63,7 +63,7 @@ def prepare_remote(spark: Any, argv: Sequence[str], producer_config: Mapping[str
             # splits) is then refused by prepare_dataframe with its reason, never dropped.
             wire=wire_options(args),
             writer=args.writer,
-            partitioning=None if args.shuffle else SOURCE,
+            partitioning=requested_partitioning(args),
             repair=Repair(args.only_partitions, args.expected_partition_rows, args.partitioning)
             if repair
             else None,

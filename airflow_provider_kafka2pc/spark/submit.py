@@ -16,7 +16,7 @@ from typing import Any
 from .. import defaults
 from . import APPLICATION
 from .job import private_config_file, spark_submit_binary, with_project_jar
-from .writers import PYTHON_WRITER
+from .writers import AUTO_WRITER
 
 #: Local runs (demo, tests): no Spark UI, few shuffle partitions.
 LOCAL_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
@@ -49,7 +49,7 @@ def _run(
     log_path: Path | None,
     timeout_s: float,
 ) -> subprocess.CompletedProcess[str]:
-    writer = args[list(args).index("--writer") + 1] if "--writer" in args else PYTHON_WRITER
+    writer = args[list(args).index("--writer") + 1] if "--writer" in args else AUTO_WRITER
     settings = with_project_jar(defaults.spark_conf(LOCAL_CONF, dict(conf or {})), writer)
     command = [spark_submit_binary(), "--master", master]
     for key, value in settings.items():

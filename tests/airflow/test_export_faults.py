@@ -8,6 +8,10 @@ nothing left open.
 These tasks *raise* (``dag.test()`` runs them in this process, which must survive): their
 exception handlers and callbacks run. The same points with the task process really
 SIGKILLed (no handler runs) are fault cases 4 and 5 in ``tests/faults/``.
+
+They run the default writer (``auto``: the JVM one on spark-submit). None strikes in the
+write path (the failing prepare fails reading its source, before any writer runs), so none
+is repeated with the Python writer; the write-path cases are (``tests/faults/README.md``).
 """
 
 from __future__ import annotations

@@ -93,16 +93,24 @@ def test_an_export_by_source_splits_repairs_its_lost_participants_exactly_once(
 
 
 def test_an_unknown_partitioning_is_refused_when_the_dag_is_defined(export_dag, make_topic):
-    with pytest.raises(ConfigurationError, match="partitioning must be 'source-splits'"):
+    with pytest.raises(ConfigurationError, match="partitioning must be one of"):
         export_dag(topic=make_topic(1), partitioning="random")
-    operator = SparkKafkaPrepareOperator(
-        task_id="prepare",
-        export_id="e",
-        run_key="k",
-        source={"path": "/data"},
-        topic="t",
-        num_partitions=2,
-        id_prefix="p",
-        partitioning=SOURCE,
-    )
-    assert "--no-shuffle" in operator._writer_args()
+
+    def args(**kwargs):
+        return SparkKafkaPrepareOperator(
+            task_id="prepare",
+            export_id="e",
+            run_key="k",
+            source={"path": "/data"},
+            topic="t",
+            num_partitions=2,
+            id_prefix="p",
+            **kwargs,
+        )._writer_args()
+
+    assert "--no-shuffle" in args(partitioning=SOURCE)
+    # The default (auto) leaves the choice to the application; the others ask for a shuffle.
+    assert not {"--shuffle", "--no-shuffle"} & set(args())
+    assert {"--shuffle", "--align-with-kafka"} <= set(args(partitioning="kafka-aligned"))
+    assert {"--shuffle", "--no-align-with-kafka"} <= set(args(partitioning="hash"))
+    assert args()[args().index("--writer") + 1] == "auto"

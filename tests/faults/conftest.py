@@ -40,6 +40,10 @@ QUICK_SPARK = {
 }
 #: How long one child run may take (a Spark job on a busy 2-core machine included).
 RUN_TIMEOUT_S = 300.0
+#: Cases whose fault is in the write path run under both writers: the default (``auto``,
+#: the JVM writer on spark-submit) and the Python writer. The others run the default only:
+#: by the time they strike, the writer has returned its committables, which are the same.
+BOTH_WRITERS = pytest.mark.parametrize("writer", ["auto", "python"], ids=["jvm", "python"])
 
 
 @dataclass
@@ -106,8 +110,10 @@ class FaultRig:
         settings: Mapping[str, Any],
         ledger_url: str,
         spark_master: str = "local[2]",
+        writer: str | None = None,
     ) -> None:
         self.root = root
+        self.writer = writer
         self.dag_id = dag_id
         self.topic = topic
         self.settings = dict(settings)
@@ -154,7 +160,8 @@ class FaultRig:
     ) -> Child:
         """Start one run of interval ``day`` (``faults``: see :mod:`tests.faults.injected`)."""
         self._children += 1
-        options = {"spark_conf": QUICK_SPARK, **spec.pop("options", {})}
+        writer = {"writer": self.writer} if self.writer else {}
+        options = {"spark_conf": QUICK_SPARK, **writer, **spec.pop("options", {})}
         full = {
             "home": str(home or self.home),
             "dag_id": self.dag_id,
@@ -203,6 +210,11 @@ class FaultRig:
         marker = self.fault_dir / f"{point}.killed"
         assert marker.exists(), f"nothing was killed at {point}"
         return json.loads(marker.read_text())
+
+    def assert_writer(self, run: ExportRun) -> None:
+        """The run's prepare used this rig's writer (``auto``: the JVM one, spark-submit)."""
+        used = "python" if self.writer == "python" else "jvm"
+        assert f"by the {used} writer" in run.output, run.tail()
 
     def ledger(self) -> Ledger:
         return Ledger(self.ledger_url)
@@ -271,13 +283,16 @@ def dag_id_for(request: pytest.FixtureRequest) -> str:
 def rig(
     tmp_path: Path, request: pytest.FixtureRequest, settings: dict[str, Any], make_topic
 ) -> FaultRig:
-    """An export to a fresh 3-partition topic on the session broker, SQLite ledger."""
+    """An export to a fresh 3-partition topic on the session broker, SQLite ledger; the
+    test's ``writer`` parameter (:data:`BOTH_WRITERS`) when it has one, else the default."""
+    params = getattr(request.node, "callspec", None)
     return FaultRig(
         tmp_path,
         dag_id=dag_id_for(request),
         topic=make_topic(3),
         settings=settings,
         ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+        writer=params.params.get("writer") if params else None,
     )
 
 

@@ -18,6 +18,14 @@ records are then in the log, in an open transaction), writes ``FILE`` and dies b
 
 The fault fires once: when ``FILE`` exists nothing dies. Kept free of the ``tests``
 package: its functions are pickled by value to the Python workers.
+
+Under the JVM writer (``--writer jvm`` or ``auto``, which is the JVM one on spark-submit)
+no Python worker writes: the writer's own test fault (``kafka2pc.test.fault``, a task
+local property read by ``jvm/src/kafka2pc/spark/Fault.java``) fires after
+:data:`JVM_FAULT_ROWS` rows of partition ``P`` are flushed into the log, writes ``FILE``
+and then ``driver``: halts the JVM (``Runtime.halt``: no hook, no close, as SIGKILL);
+``worker``: ends the task as a dead one (its producer closed without an abort; the task
+is a thread of the executor JVM, which has no process of its own to kill).
 """
 
 from __future__ import annotations
@@ -64,6 +72,29 @@ def die_at(kind: str, fault_partition: int, marker: str, partition: int, attempt
     time.sleep(30)  # the driver case: this worker goes down with its JVM
 
 
+#: Rows partition ``P`` sends under the JVM writer before its fault fires (of about 100).
+JVM_FAULT_ROWS = 10
+_JVM_MODES = {"worker": "die", "driver": "halt"}
+
+
+def _jvm_writer(argv: list[str]) -> bool:
+    """The application runs the JVM writer: ``--writer jvm``, or ``auto`` (the default)."""
+    writer = argv[argv.index("--writer") + 1] if "--writer" in argv else "auto"
+    return writer in ("jvm", "auto")
+
+
+def with_jvm_fault(prepare_dataframe, fault: str):
+    """``prepare_dataframe`` with the JVM writer's fault set on the session's tasks."""
+    from airflow_provider_kafka2pc.spark.jvm_writer import FAULT_PROPERTY
+
+    @functools.wraps(prepare_dataframe)
+    def prepare(df, *args, **kwargs):
+        df.sparkSession.sparkContext.setLocalProperty(FAULT_PROPERTY, fault)
+        return prepare_dataframe(df, *args, **kwargs)
+
+    return prepare
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="spark_fault_app")
     parser.add_argument("--fault", choices=("worker", "driver", "pause"), required=True)
@@ -75,6 +106,15 @@ def main(argv: list[str]) -> int:
 
     from airflow_provider_kafka2pc.spark import app, prepare
 
+    if _jvm_writer(rest):
+        if ours.fault not in _JVM_MODES:
+            raise SystemExit(f"--fault {ours.fault} has no JVM writer equivalent")
+        fault = (
+            f"{ours.fault_partition},{JVM_FAULT_ROWS},1,{_JVM_MODES[ours.fault]},"
+            f"{ours.fault_marker}"
+        )
+        prepare.prepare_dataframe = with_jvm_fault(prepare.prepare_dataframe, fault)
+        return app.main(rest)
     hook = functools.partial(die_at, ours.fault, ours.fault_partition, ours.fault_marker)
     prepare.prepare_dataframe = functools.partial(prepare.prepare_dataframe, on_batch=hook)
     return app.main(rest)

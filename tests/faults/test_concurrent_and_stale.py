@@ -13,7 +13,7 @@ import pytest
 
 from airflow_provider_kafka2pc.ledger import BatchState
 from tests.conftest import audit, cli
-from tests.faults.conftest import ROWS, assert_exported_once
+from tests.faults.conftest import BOTH_WRITERS, ROWS, assert_exported_once
 
 #: The two runs of case 8, in the order their Spark jobs write.
 RACE = ("first", "second")
@@ -24,7 +24,8 @@ class LeftOpen(AssertionError):
 
 
 @pytest.mark.slow
-def test_two_runs_of_one_interval_at_once_export_it_exactly_once(rig, protocol, bootstrap):
+@BOTH_WRITERS  # the second job's writers fence the first's: each writer's fencing
+def test_two_runs_of_one_interval_at_once_export_it_exactly_once(rig, protocol, bootstrap, writer):
     day = 6
     # Two deployments (own Airflow homes) run the interval at once; their prepares are
     # interleaved: both begin, the first writes, the second writes, the first records
@@ -62,6 +63,7 @@ def test_two_runs_of_one_interval_at_once_export_it_exactly_once(rig, protocol, 
     assert raced["committed"] == 0, raced
     again = rig.run(day)
     assert again.state == "success", again.tail()
+    rig.assert_writer(again)
     assert_exported_once(protocol, bootstrap, rig, day)
 
 

@@ -6,12 +6,17 @@ here the job runs as users run it (spark-submit from the prepare task, ``local[N
 which does not retry tasks), so the prepare fails, and the run must abort cleanly:
 every transaction the dead job opened is aborted, nothing is left open for a
 read_committed consumer to stall on. Then the interval is run again and committed once.
+
+Both cases run under both writers (:data:`~tests.faults.conftest.BOTH_WRITERS`): the
+Python writer's worker or the JVM is SIGKILLed from the ``on_batch`` hook; the JVM
+writer's own test fault halts the JVM, or ends the task as a dead one
+(:mod:`tests.faults.spark_fault_app`).
 """
 
 from __future__ import annotations
 
 from tests.conftest import assert_exactly_once, audit
-from tests.faults.conftest import assert_exported_once
+from tests.faults.conftest import BOTH_WRITERS, assert_exported_once
 
 DAY = 4
 
@@ -28,8 +33,9 @@ def open_records_of(protocol, topic: str, producer_id: int) -> int:
     )
 
 
+@BOTH_WRITERS
 def test_spark_task_killed_mid_write_aborts_the_run_then_the_rerun_commits(
-    rig, protocol, bootstrap
+    rig, protocol, bootstrap, writer
 ):
     first = rig.start(
         DAY,
@@ -44,6 +50,7 @@ def test_spark_task_killed_mid_write_aborts_the_run_then_the_rerun_commits(
     rig.reached("abort", first)
     killed = rig.killed_at("spark-worker")
     assert killed["partition"] == 1, killed
+    assert killed.get("mode") == (None if writer == "python" else "die"), killed
     ids = rig.batch(DAY).transactional_ids
     [victim] = protocol.describe_transactions([ids[1]])
     assert victim.state.value == "Ongoing", victim
@@ -68,11 +75,13 @@ def test_spark_task_killed_mid_write_aborts_the_run_then_the_rerun_commits(
 
     assert second.state == "success", second.tail()
     assert second.result["prepared"]["attempt"] == 2
+    rig.assert_writer(second)
     assert_exported_once(protocol, bootstrap, rig, DAY, aborted=report.totals["aborted"])
 
 
+@BOTH_WRITERS
 def test_prepare_job_dying_after_k_of_n_partitions_aborts_them_then_the_rerun_commits(
-    rig, protocol, bootstrap
+    rig, protocol, bootstrap, writer
 ):
     # local[1]: partitions run in order, so partitions 0 and 1 have prepared when the
     # job's JVM is killed from partition 2's first batch.
@@ -85,7 +94,9 @@ def test_prepare_job_dying_after_k_of_n_partitions_aborts_them_then_the_rerun_co
         },
     )
     rig.reached("abort", first)
-    assert rig.killed_at("spark-driver")["partition"] == 2
+    killed = rig.killed_at("spark-driver")
+    assert killed["partition"] == 2, killed
+    assert killed.get("mode") == (None if writer == "python" else "halt"), killed
     ids = rig.batch(DAY).transactional_ids
     left = {d.transactional_id: d.state for d in protocol.describe_transactions(list(ids))}
     assert left[ids[0]] == left[ids[1]] == "Ongoing", left  # k = 2 of n = 3 prepared
@@ -103,4 +114,5 @@ def test_prepare_job_dying_after_k_of_n_partitions_aborts_them_then_the_rerun_co
     second = rig.run(DAY)
 
     assert second.state == "success", second.tail()
+    rig.assert_writer(second)
     assert_exported_once(protocol, bootstrap, rig, DAY, aborted=open_records)

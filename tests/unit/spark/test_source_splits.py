@@ -9,8 +9,9 @@ import pytest
 
 from airflow_provider_kafka2pc.errors import ConfigurationError, SourceChangedError
 from airflow_provider_kafka2pc.ledger import ParticipantState as P
-from airflow_provider_kafka2pc.spark.app import parse_args
+from airflow_provider_kafka2pc.spark.app import parse_args, requested_partitioning
 from airflow_provider_kafka2pc.spark.job import repair_arguments
+from airflow_provider_kafka2pc.spark.partitionings import check_partitioning
 from airflow_provider_kafka2pc.spark.source_splits import SourceSplits, check_unchanged
 from airflow_provider_kafka2pc.transaction.manifest import SOURCE
 
@@ -63,11 +64,21 @@ def test_the_repair_hands_the_record_to_the_application():
     parsed = parse_args([*base, "--manifest", "/m.json", *args])
     assert parsed.only_partitions == [1] and parsed.partitioning == SOURCE
     assert SourceSplits.from_dict(parsed.source_splits) == RECORD
-    assert parsed.shuffle  # the repair follows the record, not --no-shuffle
+    assert parsed.shuffle is not False  # the repair follows the record, not --no-shuffle
     assert repair_arguments(parts, parts[1:2], "hash")[-2:] == ["--partitioning", "hash"]
 
 
 def test_no_shuffle_is_an_option_of_the_application():
     base = ["--source-path", "/d", "--topic", "t", "--transactional-ids", "a", "--manifest", "m"]
-    assert parse_args(base).shuffle is True
-    assert parse_args([*base, "--no-shuffle"]).shuffle is False
+    assert requested_partitioning(parse_args(base)) == "auto"
+    assert requested_partitioning(parse_args([*base, "--no-shuffle"])) == SOURCE
+    assert requested_partitioning(parse_args([*base, "--shuffle"])) is None
+
+
+def test_the_partitionings_a_prepare_may_be_asked_for():
+    for asked in ("auto", "source-splits", "kafka-aligned", "hash", None):
+        assert check_partitioning(asked) == asked
+    with pytest.raises(ConfigurationError, match="partitioning must be one of"):
+        check_partitioning("shuffle")
+    with pytest.raises(ConfigurationError, match="contradicts align_with_kafka=False"):
+        check_partitioning("kafka-aligned", align_with_kafka=False)

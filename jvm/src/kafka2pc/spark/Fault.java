@@ -1,5 +1,9 @@
 package kafka2pc.spark;
 
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import org.apache.kafka.clients.producer.Producer;
 
 /**
@@ -17,13 +21,15 @@ final class Fault {
     private final int partition;
     private final long rows;
     private final int attempts;
-    private final boolean die;
+    private final String mode;
+    private final String marker;
 
-    private Fault(int partition, long rows, int attempts, boolean die) {
+    private Fault(int partition, long rows, int attempts, String mode, String marker) {
         this.partition = partition;
         this.rows = rows;
         this.attempts = attempts;
-        this.die = die;
+        this.mode = mode;
+        this.marker = marker;
     }
 
     /** The fault in {@code text}, or null when there is none. */
@@ -31,12 +37,14 @@ final class Fault {
         if (text == null || text.isEmpty()) {
             return null;
         }
-        String[] parts = text.split(",");
-        if (parts.length != 4 || !(parts[3].equals("die") || parts[3].equals("fail"))) {
-            throw new IllegalArgumentException(PROPERTY + " must be partition,rows,attempts,die|fail");
+        String[] parts = text.split(",", 5);
+        if (parts.length < 4 || !(parts[3].equals("die") || parts[3].equals("fail")
+                || parts[3].equals("halt"))) {
+            throw new IllegalArgumentException(
+                    PROPERTY + " must be partition,rows,attempts,die|fail|halt[,marker]");
         }
         return new Fault(Integer.parseInt(parts[0]), Long.parseLong(parts[1]),
-                Integer.parseInt(parts[2]), parts[3].equals("die"));
+                Integer.parseInt(parts[2]), parts[3], parts.length == 5 ? parts[4] : null);
     }
 
     /** Fails here when this task is the one, at the row count given. */
@@ -44,13 +52,33 @@ final class Fault {
         if (taskPartition != partition || sent != rows || (attempts >= 0 && attempt >= attempts)) {
             return;
         }
-        if (die) {
+        if (mode.equals("halt")) {
             producer.flush(); // the records are in the log, their transaction open
+            mark(attempt, sent);
+            Runtime.getRuntime().halt(137); // no shutdown hook, no close: as SIGKILL
+        }
+        if (mode.equals("die")) {
+            producer.flush(); // the records are in the log, their transaction open
+            mark(attempt, sent);
             throw new Died("kafka2pc injected fault: partition " + partition + " died after "
                     + rows + " rows (attempt " + attempt + ")");
         }
         throw new IllegalStateException("kafka2pc injected fault: partition " + partition
                 + " cannot be written (attempt " + attempt + ")");
+    }
+
+    private void mark(int attempt, long sent) {
+        if (marker == null) {
+            return;
+        }
+        String facts = "{\"mode\": \"" + mode + "\", \"partition\": " + partition
+                + ", \"attempt\": " + attempt + ", \"rows\": " + sent + ", \"victim\": "
+                + ProcessHandle.current().pid() + "}";
+        try {
+            Files.writeString(Path.of(marker), facts, StandardCharsets.UTF_8);
+        } catch (IOException e) {
+            throw new IllegalStateException("kafka2pc injected fault: cannot write " + marker, e);
+        }
     }
 
     /** The executor "died": no abort, the transaction is left to be fenced. */
