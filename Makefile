@@ -6,6 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo docs test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers clean
 
+# devtools/ (the local broker and cluster, the demo, test helpers) is not installed with the
+# package (tests/test_wheel.py): a development venv finds it, and tests/ and benchmarks/, in
+# the checkout from any directory (`python benchmarks/bench_peers.py`, a test's subprocess).
+define CHECKOUT_ON_PATH
+	echo "$(CURDIR)" > "$$($(1) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/kafka2pc-checkout.pth"
+endef
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -13,6 +20,7 @@ $(STAMP): pyproject.toml
 	# The Spark provider pulls pyspark-client, which overwrites pyspark's Python files
 	# (pip check does not notice): put the full pyspark back on top.
 	$(BIN)/pip install --quiet --force-reinstall --no-deps pyspark==4.3.0
+	$(call CHECKOUT_ON_PATH,$(BIN)/python)
 	touch $(STAMP)
 
 # The oldest Airflow the provider supports: the lower bound in pyproject.toml, read from there so
@@ -46,6 +54,7 @@ $(OLDEST_STAMP): pyproject.toml $(OLDEST_CONSTRAINTS)
 	$(OLDEST_VENV)/bin/pip install --quiet -c $(OLDEST_CONSTRAINTS) -e '.[test,spark]' \
 		apache-airflow==$(OLDEST_AIRFLOW)
 	$(OLDEST_VENV)/bin/pip install --quiet --force-reinstall --no-deps pyspark==4.3.0
+	$(call CHECKOUT_ON_PATH,$(OLDEST_VENV)/bin/python)
 	touch $(OLDEST_STAMP)
 
 # The provider's Airflow tests on the oldest supported Airflow (make test: the newest).
@@ -54,7 +63,7 @@ test-airflow-oldest: $(OLDEST_STAMP)
 	$(OLDEST_VENV)/bin/python -m pytest --durations=5 $(OLDEST_TESTS)
 
 demo: $(STAMP)
-	$(BIN)/python -m airflow_provider_kafka2pc.demo
+	$(BIN)/python -m devtools demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -10,14 +10,12 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import defaults
-from .broker.version import DEFAULT_KAFKA_VERSION
 from .errors import CommittableError, ConfigurationError, Kafka2pcError
 from .transaction.acls import authorization_error
 from .transaction.committable import Committable
@@ -29,9 +27,9 @@ from .transaction.tls import check_tls
 from .transaction.two_phase import REQUESTS, TwoPhaseMode, detect_two_phase
 
 # Imported by the commands that use them, not here: every command pays this module's
-# imports at process start, and ``kafka2pc commit`` (one process per export) needs neither
-# confluent-kafka (the classic writer, the ACL admin client) nor the broker launcher
-# (docs/performance-startup.md).
+# imports at process start, and ``kafka2pc commit`` (one process per export) needs no
+# confluent-kafka (the classic writer, the ACL admin client) (docs/performance-startup.md).
+# A local broker for development: ``python -m devtools broker`` in a checkout.
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -126,36 +124,6 @@ def _refusals(
 
 
 # -- commands -----------------------------------------------------------------
-
-
-def _cmd_broker(args: argparse.Namespace) -> int:
-    from .broker import KafkaBroker, KafkaCluster
-
-    data_dir = Path(args.data_dir) if args.data_dir else None
-    if args.nodes != 1:
-        if args.port is not None:
-            raise ConfigurationError("--port applies to one node; a cluster picks free ports")
-        with KafkaCluster(args.kafka_version, nodes=args.nodes, data_dir=data_dir) as cluster:
-            _emit(cluster.describe())
-            _serve_until_stopped()
-        return 0
-    with KafkaBroker(args.kafka_version, port=args.port, data_dir=data_dir) as broker:
-        _emit(
-            {
-                "bootstrap_servers": broker.bootstrap_servers,
-                "pid": broker.pid,
-                "kafka_version": broker.version,
-                "log": str(broker.log_path),
-            }
-        )
-        _serve_until_stopped()
-    return 0
-
-
-def _serve_until_stopped() -> None:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt):
-        signal.pause()
 
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
@@ -483,7 +451,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
     for add in (
-        _add_broker,
         _add_topic,
         _add_prepare,
         _add_finish,
@@ -531,33 +498,6 @@ def _plain_command(parent: Any, name: str, run: Any, help_text: str) -> argparse
 def _group(commands: Any, name: str, help_text: str) -> Any:
     return commands.add_parser(name, help=help_text).add_subparsers(
         required=True, metavar="ACTION", parser_class=_Parser
-    )
-
-
-def _add_broker(commands: Any) -> None:
-    sub = _plain_command(
-        commands,
-        "broker",
-        _cmd_broker,
-        "run one Apache Kafka node (KRaft) on loopback until stopped; "
-        "its jars are fetched from Maven Central on first use",
-    )
-    sub.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
-    sub.add_argument(
-        "--nodes",
-        type=int,
-        default=1,
-        help="1 (default), or 3 or more: a replicated KRaft cluster (RF 3, min ISR 2)",
-    )
-    sub.add_argument(
-        "--kafka-version",
-        default=DEFAULT_KAFKA_VERSION,
-        help=f"Apache Kafka release (default {DEFAULT_KAFKA_VERSION})",
-    )
-    sub.add_argument(
-        "--data-dir",
-        help="storage, config and broker.log; kept, and reused on the next start "
-        "(default: a temporary directory removed at exit)",
     )
 
 

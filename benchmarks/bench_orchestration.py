@@ -10,7 +10,7 @@ partitions = Kafka transactions), each into a topic of its own on the same broke
   the coordinator ledger (SQLite under the benchmark's ``AIRFLOW_HOME``), the task state store,
   XCom, the asset event and dag.test()'s own scheduling loop. Timed from the call to its return.
 - direct: the same prepare, ``spark-submit`` of the same packaged application
-  (:func:`airflow_provider_kafka2pc.spark.submit.submit_prepare`, same master ``local[2]``) on the
+  (:func:`devtools.spark_submit.submit_prepare`, same master ``local[2]``) on the
   same SQL rendered for the same interval, its manifest read, then one
   ``TransactionController.commit_all`` of its committables. No ledger, no decision, no Airflow.
 
@@ -66,7 +66,9 @@ from harness import (
     verify_topic,
 )
 
-from airflow_provider_kafka2pc.demo import (
+from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
+from airflow_provider_kafka2pc.transaction.manifest import Manifest
+from devtools.demo import (
     DAG_ID,
     GROUP_ID,
     Redirected,
@@ -74,9 +76,7 @@ from airflow_provider_kafka2pc.demo import (
     load_example_dag,
     run_interval,
 )
-from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF, submit_prepare
-from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.manifest import Manifest
+from devtools.spark_submit import LOCAL_CONF, submit_prepare
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/orchestration")
 #: Interval ``r`` (round r; 0 is the warm-up) is the day FIRST_DAY + r.

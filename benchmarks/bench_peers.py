@@ -99,11 +99,11 @@ from harness import (
     write_svg,
 )
 
-from airflow_provider_kafka2pc.broker import fetch_kafka
-from airflow_provider_kafka2pc.broker.distribution import java_binary
 from airflow_provider_kafka2pc.spark.job import spark_submit_binary
-from airflow_provider_kafka2pc.spark.submit import submit_prepare
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
+from devtools.broker import fetch_kafka
+from devtools.broker.distribution import java_binary
+from devtools.spark_submit import submit_prepare
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/peers")
 APPS = Path(__file__).resolve().parent / "peer_apps"

@@ -139,7 +139,7 @@ def start_spark(driver_memory: str) -> tuple[Any, Any]:
     from pyspark.sql import SparkSession
 
     from airflow_provider_kafka2pc import defaults
-    from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF
+    from devtools.spark_submit import LOCAL_CONF
 
     os.environ.update(PYTHON_ENV)
     builder = SparkSession.builder.master("local[2]").appName("bench-spark-prepare")

@@ -24,10 +24,9 @@ from pathlib import Path
 import confluent_kafka
 import kafka
 
-from airflow_provider_kafka2pc.broker import KafkaBroker
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import read_committed
+from devtools.broker import KafkaBroker
 from devtools.broker_answers import (
     CLASSIC_HEADING,
     KIP890_HEADING,
@@ -39,6 +38,7 @@ from devtools.broker_answers import (
     render_version,
     run_scenario,
 )
+from devtools.visible import read_committed
 
 VERSIONS = ("4.4.0", "3.9.2")
 BROKER_CONFIG = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}

@@ -29,7 +29,6 @@ import kafka
 from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.producer.transaction import InitProducerIdRequest
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.errors import ConnectionLostError
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
@@ -41,12 +40,13 @@ from airflow_provider_kafka2pc.transaction.protocol import (
     KafkaProtocol,
     error_name,
 )
-from airflow_provider_kafka2pc.transaction.visible import read_committed
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from devtools.broker_answers import (
     Lab,
     coordinator_of,
     write_protocol_transaction,
 )
+from devtools.visible import read_committed
 
 MAX_TIMEOUT_MS = 5_000
 SHORT_TIMEOUT_MS = 3_000

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.transaction.audit import AuditReport, audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import Visible, read_committed
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
+from devtools.visible import Visible, read_committed
 
 #: Point the suite at a running Apache Kafka cluster instead of the local broker.
 REAL_KAFKA_ENV = "KAFKA2PC_TEST_BOOTSTRAP"

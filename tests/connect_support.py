@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyspark
 
-from airflow_provider_kafka2pc.broker.node import free_port
+from devtools.broker.node import free_port
 
 START_SCRIPT = Path(pyspark.__file__).parent / "sbin" / "start-connect-server.sh"
 

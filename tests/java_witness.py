@@ -3,7 +3,7 @@
 ``org.apache.kafka.tools.consumer.ConsoleConsumer --isolation-level read_committed`` from
 ``org.apache.kafka:kafka-tools:4.3.1`` (4.4.0 is not on Maven Central; 4.3.1's own jars,
 its whole runtime closure, talk to a 4.4.0 broker fine). The jars are fetched once with
-Apache Ivy (as :mod:`airflow_provider_kafka2pc.broker.distribution` fetches the broker)
+Apache Ivy (as :mod:`devtools.broker.distribution` fetches the broker)
 into ``<cache>/kafka-tools-4.3.1``. It reads the topic from the beginning and exits once
 no record came for ``idle_ms``; every record is printed as ``partition<TAB>key``, and its
 own "Processed a total of N messages" is checked against the lines.
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from airflow_provider_kafka2pc.broker.distribution import (
+from devtools.broker.distribution import (
     cache_root,
     ivy_jar,
     java_binary,

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from airflow_provider_kafka2pc.broker.node import free_port
+from devtools.broker.node import free_port
 
 VERSION = "2.4.2.Final"
 SOURCE = Path(__file__).resolve().parent.parent / "devtools" / "registry"

@@ -33,11 +33,11 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import URL, make_url
 
-from airflow_provider_kafka2pc.broker.node import free_port
 from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
 from airflow_provider_kafka2pc.transaction import naming
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import read_committed
+from devtools.broker.node import free_port
+from devtools.visible import read_committed
 
 from .conftest import assert_exactly_once
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pyspark
 
 from airflow_provider_kafka2pc import defaults
-from airflow_provider_kafka2pc.broker.node import free_port
-from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF
+from devtools.broker.node import free_port
+from devtools.spark_submit import LOCAL_CONF
 
 SPARK_CLASS = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 

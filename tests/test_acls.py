@@ -43,8 +43,8 @@ from airflow_provider_kafka2pc.transaction.controller import TransactionControll
 from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.settings import to_kafka_python
-from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from devtools.visible import read_committed
 
 from .conftest import audit, cli, unique_id, write_jsonl
 from .test_security import assert_exactly_once_over_sasl as assert_exactly_once_over

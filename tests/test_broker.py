@@ -8,13 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import (
-    DEFAULT_KAFKA_VERSION,
-    KafkaBroker,
-    cache_root,
-    fetch_kafka,
-)
-from airflow_provider_kafka2pc.broker.distribution import REPOSITORY_ENV
 from airflow_provider_kafka2pc.errors import (
     BrokerFetchError,
     BrokerUnreachableError,
@@ -22,6 +15,13 @@ from airflow_provider_kafka2pc.errors import (
     Kafka2pcError,
 )
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from devtools.broker import (
+    DEFAULT_KAFKA_VERSION,
+    KafkaBroker,
+    cache_root,
+    fetch_kafka,
+)
+from devtools.broker.distribution import REPOSITORY_ENV
 
 from .conftest import REAL_KAFKA_ENV
 from .proxy import Mode, TcpProxy

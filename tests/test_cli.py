@@ -1,4 +1,5 @@
-"""The ``kafka2pc`` command line: help everywhere, the embedded broker, listing, the demo."""
+"""The ``kafka2pc`` command line (help everywhere, listing) and ``python -m devtools`` (the
+local broker, the demo)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +16,11 @@ from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
 from .conftest import cli, unique_id
 
+#: ``devtools`` is not installed: it is run from the checkout.
+CHECKOUT = Path(__file__).resolve().parents[1]
+
 COMMANDS = [
     [],
-    ["broker"],
     ["topic", "create"],
     ["prepare"],
     ["commit"],
@@ -41,11 +45,32 @@ def test_usage_error_is_json_and_exit_2():
     assert json.loads(done.stdout.splitlines()[-1])["error"] == "UsageError"
 
 
-def test_broker_command_serves_until_stopped():
+def test_the_user_command_line_has_no_developer_commands():
+    """A local broker is a developer's tool (``python -m devtools broker``), not a user's."""
+    done = cli("broker", "--help")
+    assert done.returncode == 2
+    assert "invalid choice: 'broker'" in done.stderr
+
+
+def test_devtools_help():
+    for command in ([], ["broker"], ["demo"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "devtools", *command, "--help"],
+            capture_output=True,
+            text=True,
+            cwd=CHECKOUT,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "usage: python -m devtools" in done.stdout
+
+
+def test_devtools_broker_serves_until_stopped():
     process = subprocess.Popen(
-        [sys.executable, "-m", "airflow_provider_kafka2pc.cli", "broker"],
+        [sys.executable, "-m", "devtools", "broker"],
         stdout=subprocess.PIPE,
         text=True,
+        cwd=CHECKOUT,
     )
     try:
         started = json.loads(process.stdout.readline())
@@ -103,8 +128,9 @@ def test_demo_proves_exactly_once_then_writes_nothing_again(tmp_path):
 
     def demo() -> dict:
         done = subprocess.run(
-            [sys.executable, "-m", "airflow_provider_kafka2pc.demo"],
+            [sys.executable, "-m", "devtools", "demo"],
             capture_output=True,
+            cwd=CHECKOUT,
             text=True,
             timeout=600,
             env={**os.environ, "KAFKA2PC_DEMO_DIR": str(tmp_path / "demo")},

@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.errors import ConnectionLostError, UnsupportedError
 from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from devtools.broker_answers import coordinator_of
 
 from .conftest import REAL_KAFKA_ENV, TEST_BROKER_CONFIG

@@ -28,8 +28,8 @@ from airflow_provider_kafka2pc.transaction.controller import TransactionControll
 from airflow_provider_kafka2pc.transaction.log import LogReader
 from airflow_provider_kafka2pc.transaction.log_copy import LogCopy, NotInLogError
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from devtools.visible import read_committed
 
 from .conftest import assert_exactly_once, unique_id
 

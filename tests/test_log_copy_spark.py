@@ -24,7 +24,7 @@ from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.log import LogReader
 from airflow_provider_kafka2pc.transaction.log_copy import LogCopy
-from airflow_provider_kafka2pc.transaction.visible import read_committed
+from devtools.visible import read_committed
 
 from .conftest import assert_exactly_once, unique_id
 from .spark_support import PYTHON_ENV, QUIET_CONF

@@ -26,8 +26,8 @@ from airflow_provider_kafka2pc.transaction.described import (
     DescribedTransaction,
 )
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from devtools.visible import read_committed
 
 from .conftest import assert_exactly_once, audit, cli, cli_prepare, unique_id, write_jsonl
 

@@ -28,8 +28,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_kafka2pc.broker import KafkaBroker
-from airflow_provider_kafka2pc.broker.node import free_port
 from airflow_provider_kafka2pc.errors import (
     BrokerUnreachableError,
     ConfigurationError,
@@ -37,13 +35,15 @@ from airflow_provider_kafka2pc.errors import (
 )
 from airflow_provider_kafka2pc.spark.app import kafka_config, parse_args
 from airflow_provider_kafka2pc.spark.job import private_config_file
-from airflow_provider_kafka2pc.spark.submit import submit_prepare
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import read_committed
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from devtools.broker import KafkaBroker
+from devtools.broker.node import free_port
+from devtools.spark_submit import submit_prepare
+from devtools.visible import read_committed
 
 from .conftest import REAL_KAFKA_ENV, TEST_BROKER_CONFIG, audit, cli, unique_id
 

@@ -25,7 +25,6 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION
 from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.spark.alignment import (
@@ -42,12 +41,13 @@ from airflow_provider_kafka2pc.spark.jvm_writer import (
 )
 from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.prepare import _check_topic as check_topic
-from airflow_provider_kafka2pc.spark.submit import submit_prepare as spark_submit_prepare
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED, Manifest
 from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
+from devtools.broker import DEFAULT_KAFKA_VERSION
+from devtools.spark_submit import submit_prepare as spark_submit_prepare
 
 from .conftest import assert_exactly_once, audit, cli, unique_id
 from .spark_support import PYTHON_ENV, QUIET_CONF, standalone_cluster

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.errors import (
     CommittableError,
     ConfigurationError,
@@ -61,6 +60,7 @@ from airflow_provider_kafka2pc.transaction.protocol import (
     RecordBatch,
 )
 from airflow_provider_kafka2pc.transaction.two_phase import TwoPhaseMode, detect_two_phase
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 
 from .conftest import REAL_KAFKA_ENV, assert_exactly_once, cli, unique_id, write_jsonl
 from .scripted import DROP, Answer, FakeClock, ScriptedBroker

@@ -374,7 +374,7 @@ def _refused_cases(registry: str, topic: str) -> dict[str, tuple[WireOptions, ty
 
 
 def _closed_port() -> int:
-    from airflow_provider_kafka2pc.broker.node import free_port
+    from devtools.broker.node import free_port
 
     return free_port()
 

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from airflow_provider_kafka2pc.broker.node import HOST, BrokerTls
+from devtools.broker.node import HOST, BrokerTls
 
 _DAY = datetime.timedelta(days=1)
 

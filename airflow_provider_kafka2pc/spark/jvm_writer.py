@@ -13,10 +13,10 @@ shared.
 
 kafka-clients reaches the executors like this: a session that already has it (spark-submit
 ``--packages org.apache.kafka:kafka-clients:4.4.0`` or ``--jars``, ``spark.jars``) uses it;
-any other gets :data:`KAFKA_CLIENTS`'s jar fetched once into the cache Apache Kafka's
-broker jars use (``~/.cache/kafka2pc``, with Apache Ivy from PySpark, a mirror by
-``KAFKA2PC_MAVEN_REPOSITORY``) and added with ``ADD JAR``, which ships it to the executors.
-Only that jar: Spark ships its dependencies (lz4, snappy, zstd, slf4j).
+any other gets :data:`KAFKA_CLIENTS`'s jar fetched once into kafka2pc's cache
+(``~/.cache/kafka2pc``, with Apache Ivy from PySpark, a mirror by
+``KAFKA2PC_MAVEN_REPOSITORY``: :mod:`.maven`) and added with ``ADD JAR``, which ships it to
+the executors. Only that jar: Spark ships its dependencies (lz4, snappy, zstd, slf4j).
 """
 
 from __future__ import annotations
@@ -33,17 +33,10 @@ from typing import Any
 from py4j.java_gateway import JavaClass
 from pyspark.sql import DataFrame, SparkSession
 
-from ..broker.distribution import (
-    REPOSITORY_ENV,
-    _ivy_settings,
-    cache_root,
-    ivy_jar,
-    java_binary,
-    repository,
-)
 from ..errors import BrokerFetchError, ConfigurationError
 from .alignment import JAR
 from .jvm_settings import java_producer_settings
+from .maven import REPOSITORY_ENV, cache_root, ivy_jar, ivy_settings, java_binary, repository
 from .writers import AUTO_WRITER as AUTO
 from .writers import JVM_WRITER as JVM
 from .writers import PYTHON_WRITER as PYTHON
@@ -193,7 +186,7 @@ def kafka_clients_jar(cache_dir: Path | None = None, timeout_s: float = 300) -> 
 
 def _fetch(target: Path, ivy_cache: Path, timeout_s: float) -> None:
     settings = target / "ivysettings.xml"
-    settings.write_text(_ivy_settings(repository()))
+    settings.write_text(ivy_settings(repository()))
     group, name, version = KAFKA_CLIENTS.split(":")
     command = [
         java_binary(),

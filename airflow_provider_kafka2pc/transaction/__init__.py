@@ -12,6 +12,7 @@ The public types, by job:
   :class:`~.controller.Resolution`;
 * the coordinator's view: :class:`~.described.CoordinatorTxnState`,
   :class:`~.described.DescribedTransaction`; the log's view: :class:`~.log.MarkerView`;
-* verifying: :func:`~.audit.audit_topic` (the markers), :func:`~.visible.read_committed`;
+* verifying: :func:`~.audit.audit_topic` (the markers; the tests' second witness, a
+  read_committed consumer, is ``devtools/visible.py`` in the checkout);
 * naming: :mod:`.naming` builds, parses and matches transactional ids.
 """

@@ -3,7 +3,7 @@
 It reads raw batches (READ_UNCOMMITTED, control batches included) and applies the
 commit/abort markers itself; it never relies on the broker's aborted-transactions index
 or a read_committed consumer, so it stays an independent witness beside one (the tests
-check that both agree, see ``visible.py``). A tool for operators too: records committed,
+check that both agree, see ``devtools/visible.py``). A tool for operators too: records committed,
 aborted and still open, per partition and per committable.
 """
 

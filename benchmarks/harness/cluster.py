@@ -18,9 +18,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from airflow_provider_kafka2pc.errors import ProtocolError
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 
 from .measure import become_subreaper, process_cpu
 

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from airflow_provider_kafka2pc.broker import cache_root
-from airflow_provider_kafka2pc.broker.distribution import ivy_jar, java_binary, repository
+from devtools.broker import cache_root
+from devtools.broker.distribution import ivy_jar, java_binary, repository
 
 
 class PeerUnavailable(RuntimeError):

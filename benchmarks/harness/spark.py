@@ -20,7 +20,7 @@ from pathlib import Path
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.spark.job import spark_submit_binary
-from airflow_provider_kafka2pc.spark.submit import LOCAL_CONF
+from devtools.spark_submit import LOCAL_CONF
 
 #: Python workers and the driver run this interpreter (it has the package and pyarrow).
 PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}

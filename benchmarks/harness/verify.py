@@ -1,7 +1,7 @@
 """Every benchmark output is checked before its time is believed.
 
 Three witnesses, as the tests use them: the package's log audit (markers applied by us:
-committed once, nothing open), a read_committed consumer (``transaction/visible.py``: what
+committed once, nothing open), a read_committed consumer (``devtools/visible.py``: what
 downstream readers see, no key twice, nothing stalled), and a digest of every visible
 (key, value) pair against the source's. Per-partition counts are kept so that systems can
 be compared with each other (same keys, same partitioner: same counts).
@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_provider_kafka2pc.transaction.audit import COMMITTED, audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
-from airflow_provider_kafka2pc.transaction.visible import Visible, read_committed
+from devtools.visible import Visible, read_committed
 
 from .cluster import Cluster
 from .data import Digest

@@ -38,8 +38,6 @@ import pytest
 from sqlalchemy import create_engine, select, update
 from sqlalchemy.engine import URL, make_url
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION
-from airflow_provider_kafka2pc.broker.node import free_port
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.ledger import BatchState, Ledger, ParticipantState, Verdict
 from airflow_provider_kafka2pc.ledger.schema import batches
@@ -47,6 +45,8 @@ from airflow_provider_kafka2pc.transaction.controller import TransactionControll
 from airflow_provider_kafka2pc.transaction.naming import default_prefix
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from devtools.broker import DEFAULT_KAFKA_VERSION
+from devtools.broker.node import free_port
 
 from ..conftest import REAL_KAFKA_ENV, assert_exactly_once
 from ..postgres_support import postgres_url

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION
+from devtools.broker import DEFAULT_KAFKA_VERSION
 
 from ..conftest import REAL_KAFKA_ENV
 from ..postgres_support import postgres_url

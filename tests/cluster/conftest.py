@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaCluster
-from airflow_provider_kafka2pc.broker.cluster import (
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaCluster
+from devtools.broker.cluster import (
     TRANSACTION_STATE_TOPIC,
     transaction_state_partition,
 )
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.cluster.support import create_transaction_state_log
 from tests.conftest import TEST_BROKER_CONFIG
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from airflow_provider_kafka2pc.broker import KafkaCluster
 from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from devtools.broker import KafkaCluster
 
 
 def create_transaction_state_log(cluster: KafkaCluster, timeout_s: float = 60.0) -> None:

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from airflow_provider_kafka2pc.broker.cluster import (
+from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from devtools.broker.cluster import (
     TRANSACTION_STATE_TOPIC,
     java_string_hash,
     transaction_state_partition,
 )
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
 
 pytestmark = pytest.mark.cluster
 

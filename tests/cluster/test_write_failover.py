@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import KafkaCluster
 from airflow_provider_kafka2pc.errors import WriteError
 from airflow_provider_kafka2pc.transaction.controller import (
     Outcome,
@@ -32,6 +31,7 @@ from airflow_provider_kafka2pc.transaction.controller import (
 )
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from devtools.broker import KafkaCluster
 from tests.conftest import assert_exactly_once
 from tests.java_witness import assert_java_witness
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kafka2pc.broker import KafkaBroker
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from devtools.broker import KafkaBroker
 from tests.conftest import TEST_BROKER_CONFIG, audit, unique_id
 from tests.faults.conftest import ROWS, assert_exported_once
 from tests.postgres_support import (

@@ -31,13 +31,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_kafka2pc.broker import DEFAULT_KAFKA_VERSION, KafkaCluster
-from airflow_provider_kafka2pc.broker.node import HOST, free_port
 from airflow_provider_kafka2pc.ledger import Ledger
 from airflow_provider_kafka2pc.transaction import naming
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.visible import read_committed
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaCluster
+from devtools.broker.node import HOST, free_port
+from devtools.visible import read_committed
 from tests.cluster.support import create_transaction_state_log
 from tests.conftest import TEST_BROKER_CONFIG
 from tests.java_witness import java_read_committed

@@ -29,7 +29,8 @@ from confluent_kafka.admin import AdminClient
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.metadata.metadata import MetadataRequest
 
-from ..errors import ConfigurationError, Kafka2pcError
+from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError
+
 from .distribution import DEFAULT_KAFKA_VERSION, major
 from .node import HOST, KafkaBroker, free_port, new_cluster_id
 
@@ -214,7 +215,7 @@ class KafkaCluster:
         return [node_id for node_id, node in sorted(self._nodes.items()) if node.running]
 
     def describe(self) -> dict[str, Any]:
-        """What a caller (``kafka2pc broker --nodes 3``) prints: addresses, pids, logs."""
+        """What a caller (``python -m devtools broker --nodes 3``) prints: addresses, pids, logs."""
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "kafka_version": self.version,

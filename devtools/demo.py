@@ -1,5 +1,7 @@
 """``make demo``: the example DAG exports one day of orders exactly once, proved from the log.
 
+``python -m devtools demo``, from a checkout (``dags/`` and ``devtools/`` are not installed).
+
 Everything is set up here, on a fresh machine too: a local Apache Kafka broker (one
 KRaft node, its data and port kept in ``.kafka2pc-demo/kafka``), an Airflow home in
 ``.kafka2pc-demo/airflow`` (metadata DB migrated here; the ``kafka`` and ``spark``
@@ -29,12 +31,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_kafka2pc.errors import ProtocolError
+from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
+from airflow_provider_kafka2pc.transaction.audit import AuditReport, audit_topic
+from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+
 from .broker import KafkaBroker
-from .errors import ProtocolError
-from .ledger import Batch, BatchState, Ledger
-from .transaction.audit import AuditReport, audit_topic
-from .transaction.protocol import KafkaProtocol
-from .transaction.visible import Visible, read_committed
+from .visible import Visible, read_committed
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = REPO / "dags"

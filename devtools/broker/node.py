@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import Kafka2pcError
+from airflow_provider_kafka2pc.errors import Kafka2pcError
+
 from .distribution import DEFAULT_KAFKA_VERSION, fetch_kafka, java_binary, major
 
 log = logging.getLogger(__name__)

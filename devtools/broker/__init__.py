@@ -4,11 +4,11 @@
 inside PySpark, run with the Java that Spark needs anyway) into a cache directory, once
 per version; :class:`KafkaBroker` runs one KRaft node (broker and controller in one JVM)
 from those jars, :class:`KafkaCluster` three or more replicated ones. Used by
-``kafka2pc broker``, the demo, the tests and the benchmarks.
+``python -m devtools broker``, the demo, the tests and the benchmarks; not part of the
+installed package (users bring their own Kafka).
 
-The names load on first use: the CLI imports :data:`DEFAULT_KAFKA_VERSION` for its help,
-and every ``kafka2pc`` command would otherwise pay for both Kafka clients that
-:mod:`.cluster` imports (docs/performance-startup.md).
+The names load on first use: ``python -m devtools broker --help`` reads only
+:data:`DEFAULT_KAFKA_VERSION`, not both Kafka clients that :mod:`.cluster` imports.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """Fetch Apache Kafka's broker jars from Maven Central once per version, with Apache Ivy.
 
-Why Ivy: a user's machine must not need Maven. PySpark ships Ivy
-(``pyspark/jars/ivy-*.jar``) to resolve ``--packages``; it resolves Maven coordinates
-with the Java the broker needs anyway. The jars land in ``<cache>/kafka-<version>/lib``
-through a temporary directory and a rename, under a file lock, so a half-finished or
-concurrent fetch is never used.
+The cache, the Java, the Ivy jar and the repository are the product's
+(:mod:`airflow_provider_kafka2pc.spark.maven`, which fetches the JVM writer's kafka-clients);
+re-exported here so that the broker's callers need one module. The jars land in
+``<cache>/kafka-<version>/lib`` through a temporary directory and a rename, under a file lock,
+so a half-finished or concurrent fetch is never used.
 """
 
 from __future__ import annotations
 
 import fcntl
-import glob
-import os
 import re
 import shutil
 import subprocess
@@ -21,55 +19,37 @@ import urllib.request
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from ..errors import BrokerFetchError, ConfigurationError
+from airflow_provider_kafka2pc.errors import BrokerFetchError, ConfigurationError
+from airflow_provider_kafka2pc.spark.maven import (
+    CACHE_ENV,
+    IVY_JAR_ENV,
+    MAVEN_CENTRAL,
+    REPOSITORY_ENV,
+    cache_root,
+    ivy_jar,
+    ivy_settings,
+    java_binary,
+    repository,
+)
+
 from .version import DEFAULT_KAFKA_VERSION
 
-#: Where jars are cached: $KAFKA2PC_CACHE_DIR, else $XDG_CACHE_HOME/kafka2pc, else ~/.cache.
-CACHE_ENV = "KAFKA2PC_CACHE_DIR"
-#: An Ivy jar to use instead of PySpark's.
-IVY_JAR_ENV = "KAFKA2PC_IVY_JAR"
-#: A Maven repository root to use instead of Maven Central (a mirror or proxy).
-REPOSITORY_ENV = "KAFKA2PC_MAVEN_REPOSITORY"
+__all__ = [
+    "CACHE_ENV",
+    "DEFAULT_KAFKA_VERSION",
+    "IVY_JAR_ENV",
+    "MAVEN_CENTRAL",
+    "REPOSITORY_ENV",
+    "cache_root",
+    "fetch_kafka",
+    "ivy_jar",
+    "java_binary",
+    "kafka_home",
+    "major",
+    "repository",
+]
 
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-
-
-def cache_root() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kafka2pc"
-
-
-def java_binary() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and Path(home, "bin", "java").exists():
-        return str(Path(home, "bin", "java"))
-    found = shutil.which("java")
-    if found is None:
-        raise ConfigurationError(
-            "Apache Kafka needs a Java 17+ runtime: install one (Debian: "
-            "openjdk-17-jre-headless) or set JAVA_HOME"
-        )
-    return found
-
-
-def ivy_jar() -> str:
-    if os.environ.get(IVY_JAR_ENV):
-        return os.environ[IVY_JAR_ENV]
-    try:
-        import pyspark
-    except ImportError:
-        raise ConfigurationError(
-            "fetching Apache Kafka needs Apache Ivy, which comes with PySpark: "
-            "pip install 'airflow-provider-kafka2pc[spark]', or set "
-            f"{IVY_JAR_ENV} to an ivy jar"
-        ) from None
-    jars = sorted(glob.glob(str(Path(pyspark.__file__).parent / "jars" / "ivy-*.jar")))
-    if not jars:
-        raise ConfigurationError(f"no ivy-*.jar in PySpark's jars; set {IVY_JAR_ENV}")
-    return jars[-1]
 
 
 def major(version: str) -> int:
@@ -127,25 +107,11 @@ def fetch_kafka(
     return lib
 
 
-def repository() -> str:
-    return os.environ.get(REPOSITORY_ENV) or MAVEN_CENTRAL
-
-
-def _ivy_settings(root: str) -> str:
-    return (
-        "<ivysettings>\n"
-        '  <settings defaultResolver="maven"/>\n'
-        f'  <resolvers><ibiblio name="maven" m2compatible="true" root={quoteattr(root)}/>'
-        "</resolvers>\n"
-        "</ivysettings>\n"
-    )
-
-
 def _resolve(version: str, target: Path, ivy_cache: Path, timeout_s: float) -> None:
     module = target / "ivy.xml"
     module.write_text(_ivy_module(version))
     settings = target / "ivysettings.xml"
-    settings.write_text(_ivy_settings(repository()))
+    settings.write_text(ivy_settings(repository()))
     command = [
         java_binary(),
         "-jar",

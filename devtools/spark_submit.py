@@ -1,7 +1,7 @@
 """Running the prepare application with the spark-submit that ships with pyspark.
 
 Airflow users submit :data:`~airflow_provider_kafka2pc.spark.APPLICATION` through
-``SparkSubmitOperator``; this is for the demo, the tests and shells without Airflow.
+``SparkSubmitOperator``; this is for the demo, the tests and the benchmarks (not installed).
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import defaults
-from . import APPLICATION
-from .job import private_config_file, spark_submit_binary, with_project_jar
-from .writers import AUTO_WRITER
+from airflow_provider_kafka2pc import defaults
+from airflow_provider_kafka2pc.spark import APPLICATION
+from airflow_provider_kafka2pc.spark.job import (
+    private_config_file,
+    spark_submit_binary,
+    with_project_jar,
+)
+from airflow_provider_kafka2pc.spark.writers import AUTO_WRITER
 
 #: Local runs (demo, tests): no Spark UI, few shuffle partitions.
 LOCAL_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
