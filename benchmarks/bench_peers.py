@@ -331,9 +331,10 @@ class Peers:
             *("--transactional-ids", ",".join(ids), "--job-label", topic),
             *("--manifest", str(manifest)),
             "--align-with-kafka" if side == KAFKA2PC else "--no-align-with-kafka",
-            *(("--no-shuffle",) if side == KAFKA2PC_UNSHUFFLED else ()),
-            # Only when asked: the application knows --writer only from the JVM writer on.
-            *(("--writer", writer) if writer != PYTHON_WRITER else ()),
+            # Each variant asks for its partitioning and writer: the application's defaults
+            # (auto) would pick source splits and the JVM writer for every variant.
+            "--no-shuffle" if side == KAFKA2PC_UNSHUFFLED else "--shuffle",
+            *("--writer", writer),
         ]
         submit = {
             "master": self.master,
@@ -364,6 +365,8 @@ class Peers:
         aligned = meta.get("partitioning") == "kafka-aligned"
         if aligned != (side == KAFKA2PC):
             raise SystemExit(f"{topic} ({name}): partitioned {meta.get('partitioning')!r}")
+        if meta.get("writer") != writer:
+            raise SystemExit(f"{topic} ({name}): written by the {meta.get('writer')!r} writer")
         parts = {
             "spark-submit (prepare)": (prepared_ms - started) / 1000,
             "in it: prepare_dataframe": (meta["finished_ms"] - meta["started_ms"]) / 1000,
