@@ -88,6 +88,7 @@ from harness import (
     verify_topic,
 )
 from harness.registry import HOME, Registry, schema_registry
+from harness.spark import stage_cpu
 from harness.typed import TypedDataset, from_json
 from harness.values import Decode, ValuesCheck, check_values, choose_stride
 
@@ -119,6 +120,13 @@ LEGEND = {
     JSON_SCHEMA_VALUES: '--value-format {"schema_type": "JSON"}: to_json + header, '
     "JSON Schema derived and registered",
 }
+#: Named parts of a run: Spark's tasks' executor CPU (``harness.spark.stage_cpu``). The
+#: values are encoded in the stages that write the shuffle (with ``--partitioning source``,
+#: no shuffle: in the writing stage); the Python writer's stage feeds the workers.
+MAP_CPU = "tasks' JVM CPU: shuffle map stages"
+WRITE_CPU = "tasks' JVM CPU: other stages"
+#: The ratios printed: wall, CPU, the broker's, and the tasks' JVM CPU by kind of stage.
+METRICS = ("seconds", "cpu", "broker_cpu", MAP_CPU, WRITE_CPU)
 #: ``--partitioning``: the prepare application's options for each (default: none given).
 PARTITIONINGS = {
     "default": (),
@@ -264,17 +272,21 @@ class WireBench:
             raise SystemExit(f"{system}: kafka2pc commit failed: {committed.stderr[-500:]}")
         batch = Manifest.from_json(manifest.read_text())
         meta = batch.metadata
+        tasks = stage_cpu(events)
         parts = {
             "spark-submit (prepare)": (prepared_ms - started) / 1000,
             "in it: prepare_dataframe": (meta["finished_ms"] - meta["started_ms"]) / 1000,
             "kafka2pc commit": (ended - prepared_ms) / 1000,
             **timeline(events, started, prepared_ms),
+            MAP_CPU: tasks.map_stages,
+            WRITE_CPU: tasks.other_stages,
         }
         verification = self._verify(system, topic, data, batch, rnd)
         info = {
             "partitioning": meta.get("partitioning"),
             "writer": meta.get("writer"),
             "log_bytes": self.cluster.topic_bytes(topic),
+            "shuffle_bytes": tasks.shuffle_bytes,
         }
         self.cluster.delete_topics([topic])
         return Run(system, data.rows, meter, verification, parts, info)
@@ -314,8 +326,8 @@ def _value_bytes(runs: list[Run]) -> float:
     return median([r.verification.values.value_bytes for r in runs])  # type: ignore[union-attr]
 
 
-def _log_bytes(runs: list[Run]) -> float:
-    return median([r.info["log_bytes"] for r in runs if r.info.get("log_bytes") is not None])
+def _info_bytes(runs: list[Run], name: str) -> float:
+    return median([r.info[name] for r in runs if r.info.get(name) is not None])
 
 
 def print_bytes(results: Results, rows: int, say: Any = print) -> None:
@@ -323,7 +335,8 @@ def print_bytes(results: Results, rows: int, say: Any = print) -> None:
     json_bytes = _value_bytes(results.runs[JSON_VALUES]) if JSON_VALUES in results.runs else None
     table = []
     for side in results.sides:
-        value_bytes, log_bytes = _value_bytes(results.runs[side]), _log_bytes(results.runs[side])
+        runs = results.runs[side]
+        value_bytes, log_bytes = _value_bytes(runs), _info_bytes(runs, "log_bytes")
         table.append(
             [
                 side,
@@ -332,10 +345,15 @@ def print_bytes(results: Results, rows: int, say: Any = print) -> None:
                 fmt(value_bytes / json_bytes, ".3f") if json_bytes else "-",
                 fmt(log_bytes, ",.0f"),
                 fmt(log_bytes / rows, ".1f"),
+                fmt(_info_bytes(runs, "shuffle_bytes"), ",.0f"),
             ]
         )
-    say(f"\nbytes on the wire ({rows:,} values; the keys are the same 16 B for every system):")
+    say(
+        f"\nbytes on the wire ({rows:,} values; the keys are the same 16 B for every system), "
+        "on the broker's disk, and through Spark's shuffle (compressed):"
+    )
     headers = ["system", "value B", "B/value", "/ JSON", "log B on disk", "log B/record"]
+    headers.append("Spark shuffle B")
     print_table(headers, table, say)
 
 
@@ -431,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         f"partitioning {partitioning}, writer {writer}"
     )
     legend = [f"{s}: {LEGEND[s]}" for s in results.sides]
-    print_results(results, title, pairs, legend=legend, verification=False)
+    print_results(results, title, pairs, METRICS, legend=legend, verification=False)
     print_bytes(results, args.rows)
     print_decoding(results)
     print(f"per-partition counts equal across the systems: {'yes' if same else 'NO'} ({counts})")
