@@ -152,17 +152,16 @@ def avro_jars() -> list[Path]:
 
 @dataclasses.dataclass
 class WireVerification(Verification):
-    """The harness' verification plus the values read back (:mod:`harness.values`)."""
+    """The harness' verification plus the values read back (:mod:`harness.values`), whose
+    problems are among :attr:`problems`."""
 
     values: ValuesCheck | None = None
 
-    @property
-    def ok(self) -> bool:
-        return not self.problems and (self.values is None or not self.values.problems)
-
     def summary(self) -> str:
-        text = super().summary()
-        return text if self.values is None else f"{text}; {self.values.summary()}"
+        text = Verification.summary(dataclasses.replace(self, problems=[]))
+        if self.values is not None:
+            text += f"; {self.values.summary()}"
+        return text + ("" if self.ok else " -- FAILED: " + "; ".join(self.problems))
 
 
 class WireBench:
@@ -316,6 +315,7 @@ class WireBench:
         if stride == 1 and values.decoded:
             self.decode_cost[system] = values.per_record_s
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+        fields["problems"] = [*base.problems, *values.problems]
         return WireVerification(**fields, values=values)
 
 
