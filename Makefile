@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo docs test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers clean
+.PHONY: demo docs test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire clean
 
 # devtools/ (the local broker and cluster, the demo, test helpers) is not installed with the
 # package (tests/test_wheel.py): a development venv finds it, and tests/ and benchmarks/, in
@@ -114,6 +114,11 @@ bench-participants: $(STAMP)
 # e.g. make bench-peers BENCH_ARGS="--rows 500000 --rounds 3".
 bench-peers: $(STAMP)
 	$(BIN)/python benchmarks/bench_peers.py $(BENCH_ARGS)
+
+# Registry Avro and JSON Schema values beside the JSON default (issue 29, item 6), one
+# registry started once. Options: BENCH_ARGS, e.g. make bench-wire BENCH_ARGS="--rows 500000".
+bench-wire: $(STAMP)
+	$(BIN)/python benchmarks/bench_wire.py $(BENCH_ARGS)
 
 # The prepare's levers (Kafka-aligned partitioning, producer settings) against its defaults.
 bench-levers: $(STAMP)

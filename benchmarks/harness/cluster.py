@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import time
 import uuid
@@ -122,6 +123,19 @@ class Cluster:
         if self._broker is None:
             return f"Kafka cluster at {self.servers} (not started here: its CPU is not counted)"
         return f"Apache Kafka {self.version} (pid {self.broker_pid}) at {self.servers}"
+
+    def topic_bytes(self, topic: str) -> int | None:
+        """Bytes of ``topic``'s log segments on the local broker's disk: records, their batch
+        headers and the transaction markers (None for a cluster not started here)."""
+        if self._broker is None:
+            return None
+        partition = re.compile(re.escape(topic) + r"-\d+")
+        return sum(
+            segment.stat().st_size
+            for directory in self._broker.log_dirs.iterdir()
+            if partition.fullmatch(directory.name)
+            for segment in directory.glob("*.log")
+        )
 
     def broker_cpu(self) -> float | None:
         """CPU seconds the local broker has used so far."""

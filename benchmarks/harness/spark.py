@@ -159,6 +159,35 @@ def task_spans(
     return sorted(spans)
 
 
+@dataclass(frozen=True)
+class StageCpu:
+    """CPU seconds of an application's tasks by Spark's task metrics (the executor threads
+    running them: the JVM's share, not the Python workers they feed), split into the stages
+    that write a shuffle (read, evaluate the columns, shuffle write) and the others."""
+
+    map_stages: float
+    other_stages: float
+    shuffle_bytes: int
+
+
+def stage_cpu(event_dir: Path) -> StageCpu:
+    """The tasks' executor CPU from the event log (``Executor CPU Time``, ns)."""
+    cpu: dict[int, float] = {}
+    shuffled: dict[int, int] = {}
+    for event in _events(event_dir):
+        if event["Event"] == "SparkListenerTaskEnd":
+            metrics = event.get("Task Metrics") or {}
+            stage = event["Stage ID"]
+            cpu[stage] = cpu.get(stage, 0.0) + metrics.get("Executor CPU Time", 0) / 1e9
+            written = (metrics.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)
+            shuffled[stage] = shuffled.get(stage, 0) + written
+    return StageCpu(
+        sum(c for s, c in cpu.items() if shuffled.get(s)),
+        sum(c for s, c in cpu.items() if not shuffled.get(s)),
+        sum(shuffled.values()),
+    )
+
+
 def server_phases(
     event_dir: Path, started_ms: float, ended_ms: float, *, client: str = "client"
 ) -> list[Phase]:
