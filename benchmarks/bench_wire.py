@@ -92,11 +92,11 @@ from harness.spark import stage_cpu
 from harness.typed import TypedDataset, from_json
 from harness.values import Decode, ValuesCheck, check_values, choose_stride
 
-from airflow_provider_kafka2pc.broker import fetch_kafka
 from airflow_provider_kafka2pc.spark import AVRO_PACKAGE
-from airflow_provider_kafka2pc.spark.submit import submit_prepare
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.registry import wire_header
+from devtools.broker import fetch_kafka
+from devtools.spark_submit import submit_prepare
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/wire")
 #: The command line the package installs beside this interpreter.
