@@ -57,6 +57,8 @@ ROWS = int(os.environ.get("KAFKA2PC_ORDERS_ROWS", "10000"))
 PARTITIONS = int(os.environ.get("KAFKA2PC_ORDERS_PARTITIONS", "4"))
 LEDGER_CONN_ID = os.environ.get("KAFKA2PC_ORDERS_LEDGER_CONN_ID") or None
 RETRIES = int(os.environ.get("KAFKA2PC_ORDERS_RETRIES", "1"))
+#: "auto" (the default): the JVM writer on spark-submit; "python" also logs progress lines.
+WRITER = os.environ.get("KAFKA2PC_ORDERS_WRITER", "auto")
 RETRY_DELAY = timedelta(seconds=float(os.environ.get("KAFKA2PC_ORDERS_RETRY_DELAY_S", "30")))
 #: A rolling start a few days back (midnight UTC, so it only moves once a day): unpausing
 #: catches up a few intervals, never months of them.
@@ -105,6 +107,7 @@ with DAG(
         kafka_conn_id="kafka_default",
         spark_conn_id="spark_default",
         ledger_conn_id=LEDGER_CONN_ID,
+        writer=WRITER,
         # A day of orders is small: a few shuffle partitions, not Spark's 200.
         spark_conf={"spark.sql.shuffle.partitions": str(PARTITIONS)},
     )

@@ -70,6 +70,8 @@ def test_a_lost_participant_is_repaired_from_the_log_with_the_source_deleted(
             header_columns=["region"],
             transaction_timeout_ms=TIMEOUT_MS,
             writer=writer,
+            # Four participants from one file: the shuffle (source splits would give one).
+            partitioning="kafka-aligned",
         )
         store.record_prepared(export, "k", manifest.committables, source_rows=ROWS)
         store.decide(export, "k", Verdict.COMMIT, "test")

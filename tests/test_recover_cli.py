@@ -209,7 +209,15 @@ def test_a_lost_participant_of_a_commit_verdict_fails_loudly(
     open_transaction(settings, c0.transactional_id, topic, "zombie")
 
     done, report = recover_cli(
-        bootstrap, f"sqlite:///{tmp_path / 'ledger.db'}", export_id, prefix, "--grace-period-s", "0"
+        bootstrap,
+        f"sqlite:///{tmp_path / 'ledger.db'}",
+        export_id,
+        prefix,
+        "--grace-period-s",
+        "0",
+        # The loud failure: without the copy from the log (which repairs it: tested in
+        # tests/test_log_copy_repair.py), nothing here can re-write partition 0.
+        "--no-repair-from-log",
     )
 
     assert done.returncode == 1

@@ -28,6 +28,8 @@ def test_prepare_logs_rows_written_per_partition_then_done(
         topic=topic,
         rows=ROWS,
         prepare_kwargs={"progress_interval_s": 0.001},
+        # Progress lines come from the Python writer (the JVM writer has none yet).
+        writer="python",
     )
 
     result = run_export(dag, day=3)

@@ -105,6 +105,9 @@ def test_prepare_on_spark_standalone_with_a_worker_killed_mid_prepare_commits_ex
                 "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
             },
             operator_classes={"prepare": spark_dies(str(faults), "pause", 0)},
+            # The fault pauses a Python worker, whose process group the killer ends (the
+            # JVM writer's killed executor: tests/faults/test_spark_killed.py).
+            writer="python",
         )
         killer = WorkerKiller(faults / "spark-pause.killed")
         killer.start()

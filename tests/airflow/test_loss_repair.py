@@ -472,6 +472,8 @@ def test_a_changed_source_fails_loudly_and_commits_nothing_twice(
         transaction_timeout_ms=EXPORT_TIMEOUT_MS,
         commit_margin_s=1.0,
         operator_classes={"commit": CommitAfterTheSourceChanged},
+        # Three participants from one file: the shuffle (source splits would give one).
+        partitioning="kafka-aligned",
     )
     result = run_export(dag, day=8)
 

@@ -180,6 +180,9 @@ def test_rolling_restart_of_every_broker_during_a_backfill_is_exactly_once(
             postgres=server,
             rows=ROWS,
             partitions=PARTITIONS,
+            # The prepare's evidence is the Python writer's progress lines (the JVM writer
+            # logs none yet): the restart must be seen to hit a prepare that is writing.
+            extra_env={"KAFKA2PC_ORDERS_WRITER": "python"},
         ) as deployment,
     ):
         up = time.monotonic()
