@@ -79,6 +79,7 @@ from harness import (
     connect_server,
     event_log_conf,
     interleave,
+    kafka2pc_commit,
     machine_line,
     maven_jars,
     measure,
@@ -108,7 +109,6 @@ from devtools.spark_submit import submit_prepare
 WORK_DIR = Path("/tmp/kafka2pc-bench/peers")
 APPS = Path(__file__).resolve().parent / "peer_apps"
 #: The command line the package installs beside this interpreter.
-KAFKA2PC_CLI = str(Path(sys.executable).with_name("kafka2pc"))
 
 SPARK_KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 FLINK = "apache-flink==2.3.0"
@@ -351,12 +351,7 @@ class Peers:
                     f"kafka2pc prepare failed (exit {submitted.returncode}: {summary[0]}); "
                     f"see {files / 'spark-submit.log'}"
                 )
-            committed = subprocess.run(
-                [KAFKA2PC_CLI, "commit", "-b", self.cluster.servers, str(manifest)],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            committed = kafka2pc_commit(self.cluster.servers, manifest)
             ended = now_ms()
         if committed.returncode != 0:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
@@ -475,12 +470,7 @@ class Peers:
                     f"kafka2pc prepare on Connect failed (exit {prepared.returncode}); "
                     f"see {files / 'client.log'} and {server.log}"
                 )
-            committed = subprocess.run(
-                [KAFKA2PC_CLI, "commit", "-b", self.cluster.servers, str(manifest)],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            committed = kafka2pc_commit(self.cluster.servers, manifest)
             ended = now_ms()
         if committed.returncode != 0:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")

@@ -88,7 +88,7 @@ from harness import (
     verify_topic,
 )
 from harness.registry import HOME, Registry, schema_registry
-from harness.spark import stage_cpu
+from harness.spark import kafka2pc_commit, stage_cpu
 from harness.typed import TypedDataset, from_json
 from harness.values import Decode, ValuesCheck, check_values, choose_stride
 
@@ -100,7 +100,6 @@ from devtools.spark_submit import submit_prepare
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/wire")
 #: The command line the package installs beside this interpreter.
-KAFKA2PC_CLI = str(Path(sys.executable).with_name("kafka2pc"))
 #: Where the tests resolve Spark's Avro package (``tests/test_wire_formats.py``).
 IVY = HOME / "spark-ivy"
 
@@ -260,12 +259,7 @@ class WireBench:
                     f"{system}: the prepare failed (exit {submitted.returncode}); "
                     f"see {files / 'spark-submit.log'}"
                 )
-            committed = subprocess.run(
-                [KAFKA2PC_CLI, "commit", "-b", self.cluster.servers, str(manifest)],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            committed = kafka2pc_commit(self.cluster.servers, manifest)
             ended = now_ms()
         if committed.returncode != 0:
             raise SystemExit(f"{system}: kafka2pc commit failed: {committed.stderr[-500:]}")

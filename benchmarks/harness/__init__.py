@@ -14,6 +14,7 @@ measures:
 - ``print_*``: the tables, printed the same way by every benchmark;
 - :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
 - :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log;
+  :func:`kafka2pc_commit`: the commit a prepare's manifest needs, as a commit task runs it;
 - :func:`connect_server`, :func:`server_phases`: a warm Spark Connect server, and one client's
   jobs cut out of its event log;
 - :class:`CoreTimeline`: where each core's time went in a run (idle core-seconds per phase,
@@ -48,6 +49,7 @@ from .spark import (
     PYTHON_ENV,
     Phase,
     event_log_conf,
+    kafka2pc_commit,
     now_ms,
     server_phases,
     spark_phases,
@@ -83,6 +85,7 @@ __all__ = [
     "event_log_conf",
     "fmt",
     "interleave",
+    "kafka2pc_commit",
     "key_of",
     "machine_line",
     "maven_jars",

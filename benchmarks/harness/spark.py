@@ -236,3 +236,18 @@ def timeline(event_dir: Path, started_ms: float, ended_ms: float) -> dict[str, f
         tail = ("between jobs", "last job to app end", "app end to exit")
         parts = {k: v for k, v in parts.items() if k not in tail} | {k: parts[k] for k in tail}
     return parts
+
+
+#: The package's command line, beside this interpreter (the venv the benchmark runs in).
+KAFKA2PC_CLI = str(Path(sys.executable).with_name("kafka2pc"))
+
+
+def kafka2pc_commit(servers: str, manifest: Path) -> subprocess.CompletedProcess[str]:
+    """``kafka2pc commit`` of a prepare's manifest, as a user's commit task runs it (its
+    process start included in the timed section); the caller checks the return code."""
+    return subprocess.run(
+        [KAFKA2PC_CLI, "commit", "-b", servers, str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
