@@ -27,6 +27,20 @@ PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.exe
 QUIET_CONF = defaults.spark_conf(LOCAL_CONF)
 
 
+def local_session() -> Iterator[object]:
+    """A ``local[2]`` SparkSession with the tests' quiet settings, stopped after use: the
+    body of the module-scoped ``spark`` fixtures (``yield from local_session()``)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.update(PYTHON_ENV)
+    builder = SparkSession.builder.master("local[2]")
+    for key, value in QUIET_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    yield session
+    session.stop()
+
+
 def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

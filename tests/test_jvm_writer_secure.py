@@ -10,8 +10,6 @@ logs included).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from pyspark.sql import SparkSession
 
@@ -22,7 +20,7 @@ from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
 from .conftest import audit, unique_id
 from .secure_support import TLS_PRINCIPAL
-from .spark_support import PYTHON_ENV, QUIET_CONF
+from .spark_support import local_session
 from .test_security import assert_exactly_once_over_sasl as assert_exactly_once_over
 
 ROWS = 2000
@@ -30,13 +28,7 @@ ROWS = 2000
 
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
-    os.environ.update(PYTHON_ENV)
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in QUIET_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    yield session
-    session.stop()
+    yield from local_session()
 
 
 def login(secure_broker, how: str) -> tuple[str, dict[str, str], list[str]]:

@@ -9,7 +9,6 @@ once, and the committed records are those the source gave (keys, values, headers
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -27,7 +26,7 @@ from airflow_provider_kafka2pc.transaction.log_copy import LogCopy
 from devtools.visible import read_committed
 
 from .conftest import assert_exactly_once, unique_id
-from .spark_support import PYTHON_ENV, QUIET_CONF
+from .spark_support import local_session
 from .test_log_copy_repair import never, wait_aborted_by_broker
 
 ROWS = 4_000
@@ -37,13 +36,7 @@ TIMEOUT_MS = 15_000
 
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
-    os.environ.update(PYTHON_ENV)
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in QUIET_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    yield session
-    session.stop()
+    yield from local_session()
 
 
 @pytest.mark.parametrize(("writer", "codec"), [("python", "zstd"), ("jvm", "lz4")])

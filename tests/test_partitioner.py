@@ -9,7 +9,6 @@ jars; where the records landed comes from the log (raw batches, read by our LogR
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 from collections.abc import Callable, Iterable
@@ -26,7 +25,7 @@ from devtools.broker import DEFAULT_KAFKA_VERSION, fetch_kafka
 from devtools.broker.distribution import java_binary
 
 from .conftest import assert_exactly_once, unique_id
-from .spark_support import PYTHON_ENV, QUIET_CONF
+from .spark_support import local_session
 
 #: Reads hex keys (one a line) and prints, per key, Java's partition for each count in
 #: argv. It checks that the producer's method is the murmur2 formula it is said to be.
@@ -167,13 +166,7 @@ def test_a_partitioner_the_user_sets_is_kept(
 
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
-    os.environ.update(PYTHON_ENV)
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in QUIET_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    yield session
-    session.stop()
+    yield from local_session()
 
 
 def test_spark_prepare_puts_each_key_where_java_would(

@@ -6,7 +6,6 @@ end state checked by both witnesses (the log's markers and a read_committed cons
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,7 +21,7 @@ from airflow_provider_kafka2pc.transaction.controller import Outcome, Transactio
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED, HASH, SOURCE, Manifest
 
 from .conftest import assert_exactly_once, unique_id
-from .spark_support import PYTHON_ENV, QUIET_CONF
+from .spark_support import local_session
 
 FILES = 4
 ROWS_PER_FILE = 2_500
@@ -32,13 +31,7 @@ OPEN_COST = "spark.sql.files.openCostInBytes"
 
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
-    os.environ.update(PYTHON_ENV)
-    builder = SparkSession.builder.master("local[2]")
-    for key, value in QUIET_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    yield session
-    session.stop()
+    yield from local_session()
 
 
 @pytest.fixture(autouse=True)
