@@ -78,6 +78,7 @@ from harness import (
     checked,
     connect_server,
     event_log_conf,
+    flight_recording,
     interleave,
     kafka2pc_commit,
     machine_line,
@@ -338,7 +339,7 @@ class Peers:
         ]
         submit = {
             "master": self.master,
-            "conf": event_log_conf(events),
+            "conf": {**event_log_conf(events), **flight_recording(f"{files.name}-kafka2pc")},
             "log_path": files / "spark-submit.log",
         }
         with measure(self.cluster.broker_pid, exclude=self._others()) as meter:

@@ -699,8 +699,10 @@ def test_jvm_writer_keeps_the_settings_out_of_the_plan(spark, make_topic, settin
         None,
     )
     plan = jdf.queryExecution().toString()  # analysed, optimised and physical plans: lazy
-    assert "MapPartitions" in plan
-    assert secret not in plan and "bootstrap" not in plan and "jaas" not in plan
+    lineage = jdf.rdd().toDebugString()  # the tasks' RDDs, the writer's function among them
+    assert "ExistingRDD" in plan and "MapPartitionsRDD" in lineage
+    for text in (plan, lineage):
+        assert secret not in text and "bootstrap" not in text and "jaas" not in text
 
 
 def test_jvm_writer_passes_tombstones_and_record_timestamps(

@@ -26,6 +26,23 @@ from devtools.spark_submit import LOCAL_CONF
 PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
+#: A directory: each spark-submit then records a Java Flight Recording there (JDK's JFR,
+#: ``settings=profile``), read with ``jfr print --events jdk.ExecutionSample``.
+JFR_ENV = "KAFKA2PC_BENCH_JFR"
+
+
+def flight_recording(name: str) -> dict[str, str]:
+    """With :data:`JFR_ENV` set, the setting that records the Spark JVM's samples as
+    ``<name>.jfr`` there (local mode: one JVM runs the driver and the tasks); else none.
+    A profiling run, never a timed one."""
+    recordings = os.environ.get(JFR_ENV)
+    if not recordings:
+        return {}
+    recording = Path(recordings) / f"{name}.jfr"
+    option = f"-XX:StartFlightRecording=filename={recording},settings=profile"
+    return {"spark.driver.extraJavaOptions": option}
+
+
 def event_log_conf(directory: Path) -> dict[str, str]:
     """Settings that make a Spark application write its (uncompressed) event log there."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -50,7 +67,8 @@ def spark_submit(
     """spark-submit ``application`` with the settings the package's own local submit uses
     (``submit_prepare``), plus ``conf``."""
     command = [spark_submit_binary(), "--master", master]
-    for key, value in defaults.spark_conf(LOCAL_CONF, dict(conf or {})).items():
+    conf = {**(conf or {}), **flight_recording(f"{log_path.parent.name}-{Path(application).stem}")}
+    for key, value in defaults.spark_conf(LOCAL_CONF, conf).items():
         command += ["--conf", f"{key}={value}"]
     if jars:
         command += ["--jars", ",".join(str(j) for j in jars)]

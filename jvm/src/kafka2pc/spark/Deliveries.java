@@ -14,6 +14,9 @@ final class Deliveries implements Callback {
     private final TreeMap<String, TreeMap<Integer, Committable.Range>> partitions =
             new TreeMap<>();
     private long count;
+    private String lastTopic;
+    private int lastPartition = -1;
+    private Committable.Range last;
     private volatile Exception error;
 
     @Override
@@ -24,9 +27,16 @@ final class Deliveries implements Callback {
             }
             return;
         }
-        partitions.computeIfAbsent(metadata.topic(), t -> new TreeMap<>())
-                .computeIfAbsent(metadata.partition(), p -> new Committable.Range())
-                .add(metadata.offset());
+        String topic = metadata.topic();
+        int partition = metadata.partition();
+        // Consecutive deliveries are mostly to one partition: skip the two map look-ups.
+        if (partition != lastPartition || !topic.equals(lastTopic)) {
+            last = partitions.computeIfAbsent(topic, t -> new TreeMap<>())
+                    .computeIfAbsent(partition, p -> new Committable.Range());
+            lastTopic = topic;
+            lastPartition = partition;
+        }
+        last.add(metadata.offset());
         count++;
     }
 

@@ -14,7 +14,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
-import java.util.TreeMap;
 
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.Producer;
@@ -24,11 +23,13 @@ import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.TaskContext;
-import org.apache.spark.api.java.function.MapPartitionsFunction;
+import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * Executor side: one Spark partition becomes one open Kafka transaction, written by Kafka's
@@ -44,7 +45,7 @@ import org.apache.spark.sql.types.StructType;
  * (its UI's SQL tab, {@code explain()}) names the lambda it wraps this function in, and
  * {@link #toString()} names only the topic and the number of ids, should anything print it.
  */
-final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
+final class PartitionWriter implements FlatMapFunction<Iterator<InternalRow>, Row> {
     private static final long serialVersionUID = 1L;
 
     static final String KEY = "__kafka2pc_key";
@@ -71,6 +72,8 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
     private final long transactionTimeoutMs;
     private final ArrayList<String> headerNames;
     private final Set<Integer> selected;
+    /** The encoded rows' schema, from the driver: internal rows carry none. */
+    private final StructType schema;
 
     PartitionWriter(
             ArrayList<String> topics,
@@ -78,13 +81,15 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             HashMap<String, String> settings,
             long transactionTimeoutMs,
             ArrayList<String> headerNames,
-            Set<Integer> selected) {
+            Set<Integer> selected,
+            StructType schema) {
         this.topics = topics;
         this.ids = ids;
         this.settings = settings;
         this.transactionTimeoutMs = transactionTimeoutMs;
         this.headerNames = headerNames;
         this.selected = selected;
+        this.schema = schema;
     }
 
     @Override
@@ -93,7 +98,7 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
     }
 
     @Override
-    public Iterator<Row> call(Iterator<Row> rows) {
+    public Iterator<Row> call(Iterator<InternalRow> rows) {
         TaskContext context = TaskContext.get();
         int partition = context.partitionId();
         int attempt = context.attemptNumber();
@@ -119,9 +124,9 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
         try {
             producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
             producer.beginTransaction();
-            Row first = rows.next();
-            Columns columns = new Columns(first.schema(), headerNames, topics);
-            Row row = first;
+            Columns columns = new Columns(schema, headerNames, topics);
+            // Spark may reuse one row object per task: each is read whole before the next.
+            InternalRow row = rows.next();
             while (true) {
                 deliveries.raiseFirstError();
                 producer.send(columns.record(row), deliveries);
@@ -260,6 +265,8 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
         private final int topicColumn;
         private final String topic;
         private final Set<String> topics;
+        /** The export's topics by their bytes: a row's topic is found without decoding it. */
+        private final Map<UTF8String, String> topicsByBytes = new HashMap<>();
         private final int[] headers;
         private final String[] names;
 
@@ -267,6 +274,9 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             topicColumn = List.of(schema.fieldNames()).indexOf(TOPIC);
             topic = exportTopics.get(0);
             topics = Set.copyOf(exportTopics);
+            for (String name : exportTopics) {
+                topicsByBytes.put(UTF8String.fromString(name), name);
+            }
             if (topicColumn < 0 && exportTopics.size() > 1) {
                 throw new IllegalStateException("several topics " + exportTopics + " but no "
                         + TOPIC + " column to route the rows");
@@ -281,18 +291,19 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             }
         }
 
-        ProducerRecord<byte[], byte[]> record(Row row) {
+        ProducerRecord<byte[], byte[]> record(InternalRow row) {
             String topic = this.topic;
             if (topicColumn >= 0) {
-                topic = row.isNullAt(topicColumn) ? null : row.getString(topicColumn);
-                // The driver's map stage refuses these first; Set.copyOf refuses contains(null).
-                if (topic == null || !topics.contains(topic)) {
-                    throw new IllegalStateException("a row goes to topic " + topic
+                UTF8String named = row.isNullAt(topicColumn) ? null : row.getUTF8String(topicColumn);
+                topic = named == null ? null : topicsByBytes.get(named);
+                if (topic == null) { // the driver's map stage refuses these first
+                    throw new IllegalStateException("a row goes to topic " + named
                             + ", not among the export's " + topics);
                 }
             }
-            byte[] k = row.isNullAt(key) ? null : (byte[]) row.get(key);
-            byte[] v = row.isNullAt(value) ? null : (byte[]) row.get(value); // null: a tombstone
+            // getBinary copies: the producer keeps the arrays until the batch is sent.
+            byte[] k = row.isNullAt(key) ? null : row.getBinary(key);
+            byte[] v = row.isNullAt(value) ? null : row.getBinary(value); // null: a tombstone
             Long ts = timestamp < 0 || row.isNullAt(timestamp) ? null : row.getLong(timestamp);
             if (headers.length == 0) {
                 return new ProducerRecord<>(topic, null, ts, k, v);
@@ -300,7 +311,7 @@ final class PartitionWriter implements MapPartitionsFunction<Row, Row> {
             List<Header> present = new ArrayList<>(headers.length);
             for (int i = 0; i < headers.length; i++) {
                 if (!row.isNullAt(headers[i])) {
-                    present.add(new BytesHeader(names[i], (byte[]) row.get(headers[i])));
+                    present.add(new BytesHeader(names[i], row.getBinary(headers[i])));
                 }
             }
             return new ProducerRecord<>(topic, null, ts, k, v, present);
