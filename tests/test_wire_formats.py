@@ -243,6 +243,65 @@ def test_a_given_schema_under_the_record_name_strategy(
     assert all(d["customer"] == f"customer-{d['id'] % 97}" for d in decoded)
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
+def test_several_topics_carry_registry_values_under_one_schema_id(
+    spark, registry, settings, bootstrap, protocol, make_topic, writer
+):
+    """Rows routed among two topics: the derived schema is registered under each topic's
+    subject (``<topic>-value``), which the registry answers with one id, and every record
+    of both topics reads back through it. When one topic's subject refuses the schema
+    (incompatible under FULL), the export is refused before any transaction opens, in
+    either topic."""
+    topics = [make_topic(2), make_topic(2)]
+    source = orders(spark).selectExpr(
+        "*", f"CASE WHEN id % 2 = 0 THEN '{topics[0]}' ELSE '{topics[1]}' END AS to"
+    )
+    wire = WireOptions(registry={"url": registry}, value_format=RegistryFormat())
+    batch = prepare_dataframe(
+        source,
+        topic_column="to",
+        topics=topics,
+        transactional_ids=ids(2),
+        producer_config=settings,
+        writer=writer,
+        key_column="id",
+        wire=wire,
+    )
+    commit(protocol, batch)
+    client = SchemaRegistryClient({"url": registry})
+    [schema_id] = {client.get_latest_version(f"{t}-value").schema_id for t in topics}
+    decode = AvroDeserializer(client)
+    for index, topic in enumerate(topics):
+        assert_exactly_once(
+            protocol, bootstrap, topic, *batch.committables, committed=ROWS // 2, aborted=0
+        )
+        got = consume_all(bootstrap, topic, ROWS // 2)
+        assert all(m.value()[:5] == wire_header(schema_id) for m in got)
+        decoded = [decode(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in got]
+        assert sorted(d["id"] for d in decoded) == list(range(index, ROWS, 2))
+
+    others = [make_topic(2), make_topic(2)]
+    other = {"type": "record", "name": "Other", "fields": [{"name": "x", "type": "int"}]}
+    client.register_schema(f"{others[1]}-value", Schema(json.dumps(other), "AVRO"))
+    client.set_compatibility(f"{others[1]}-value", "FULL")
+    leased = ids(2)
+    with pytest.raises(SchemaRefusedError, match=f"{others[1]}-value"):
+        prepare_dataframe(
+            orders(spark, 100).selectExpr(
+                "*", f"CASE WHEN id % 2 = 0 THEN '{others[0]}' ELSE '{others[1]}' END AS to"
+            ),
+            topic_column="to",
+            topics=others,
+            transactional_ids=leased,
+            producer_config=settings,
+            writer=writer,
+            key_column="id",
+            wire=wire,
+        )
+    for topic in others:
+        nothing_opened(protocol, topic, leased)
+
+
 def test_json_schema_values_read_back_through_the_registry(
     spark, registry, settings, bootstrap, protocol, make_topic
 ):
