@@ -300,6 +300,7 @@ def prepare_dataframe(
         schemas=schemas,
         source_splits=pinned is not None,
         route=route,
+        text_values=java_settings is not None,
     )
     splits = None
     describing = None
@@ -728,6 +729,7 @@ def partitioned_input(
     schemas: Schemas | None = None,
     source_splits: bool = False,
     route: Routing | None = None,
+    text_values: bool = False,
 ) -> DataFrame:
     """``df`` as the writers see it: binary key/value/header columns in ``partitions``.
 
@@ -737,7 +739,8 @@ def partitioned_input(
     ``require_keys``, a null key fails the job in the shuffle's map stage (message
     :data:`NULL_KEY_MARK`). With ``source_splits``, no shuffle: ``df``'s own partitions,
     coalesced to at most ``partitions`` (:mod:`.source_splits`); a null key then fails the
-    writing task.
+    writing task. With ``text_values`` (the JVM writer) a text value stays a string column:
+    the writer takes its UTF-8 bytes, one copy fewer per record than a cast to binary.
     """
     encoded = _encode(
         df,
@@ -748,6 +751,7 @@ def partitioned_input(
         wire=wire,
         schemas=schemas,
         route=route,
+        text_values=text_values,
     )
     if source_splits:
         return df.select(*encoded).coalesce(partitions)
@@ -773,10 +777,12 @@ def _encode(
     wire: WireOptions | None = None,
     schemas: Schemas | None = None,
     route: Routing | None = None,
+    text_values: bool = False,
 ) -> list[Column]:
     """Key, value and header columns as binary, computed by Spark (not per row in Python);
     with ``wire``, the record timestamp too, and a null value where a tombstone is asked.
-    Registry formats are encoded once ``schemas`` holds the registry's answers."""
+    Registry formats are encoded once ``schemas`` holds the registry's answers. With
+    ``text_values``, a text value (the row's JSON, a string column) stays a string."""
     wire = wire or WireOptions()
     schemas = schemas or Schemas()
     fields = {f.name: f.dataType for f in df.schema.fields}
@@ -808,6 +814,7 @@ def _encode(
                 F.col(key_column).isNull(),
                 F.raise_error(F.lit(f"{NULL_KEY_MARK}: key column {key_column!r} is null")),
             ).otherwise(key)
+    text_value = False
     if wire.value_format is not None:
         if value_column is not None:
             field(value_column, "value")
@@ -817,7 +824,9 @@ def _encode(
             else F.lit(None).cast(_BINARY)  # columns checked; encoded once resolved
         )
     elif value_column is None:
-        value = F.to_json(F.struct(*[F.col(c) for c in df.columns])).cast(_BINARY)
+        text_value = text_values
+        value = F.to_json(F.struct(*[F.col(c) for c in df.columns]))
+        value = value if text_value else value.cast(_BINARY)
     else:
         value_type = field(value_column, "value")
         if not isinstance(value_type, _TEXT_TYPES):
@@ -826,7 +835,8 @@ def _encode(
                 f"{value_type.simpleString()}; use a string or binary column, or no "
                 "value_column for the row as JSON"
             )
-        value = _as_binary(F.col(value_column), value_type)
+        text_value = text_values and isinstance(value_type, T.StringType)
+        value = F.col(value_column) if text_value else _as_binary(F.col(value_column), value_type)
     headers = []
     for name in header_columns:
         header_type = field(name, "header")
@@ -837,9 +847,10 @@ def _encode(
             )
         headers.append(_as_binary(F.col(name), header_type).alias(HEADER_PREFIX + name))
     if wire.tombstone_when is not None:
-        value = F.when(
-            tombstone_condition(df, wire.tombstone_when, key_column), F.lit(None).cast(_BINARY)
-        ).otherwise(value)
+        null = F.lit(None).cast(T.StringType() if text_value else _BINARY)
+        value = F.when(tombstone_condition(df, wire.tombstone_when, key_column), null).otherwise(
+            value
+        )
     extra = []
     if wire.timestamp_column is not None:
         extra.append(timestamp_value(df, wire.timestamp_column).alias(TIMESTAMP))

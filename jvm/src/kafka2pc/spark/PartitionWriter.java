@@ -28,6 +28,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -261,6 +262,8 @@ final class PartitionWriter implements FlatMapFunction<Iterator<InternalRow>, Ro
     private static final class Columns {
         private final int key;
         private final int value;
+        /** A string value (the row's JSON): its UTF-8 bytes, without a cast to binary first. */
+        private final boolean textValue;
         private final int timestamp;
         private final int topicColumn;
         private final String topic;
@@ -283,6 +286,7 @@ final class PartitionWriter implements FlatMapFunction<Iterator<InternalRow>, Ro
             }
             key = schema.fieldIndex(KEY);
             value = schema.fieldIndex(VALUE);
+            textValue = schema.fields()[value].dataType() instanceof StringType;
             timestamp = List.of(schema.fieldNames()).indexOf(TIMESTAMP);
             headers = new int[headerNames.size()];
             names = headerNames.toArray(new String[0]);
@@ -303,7 +307,8 @@ final class PartitionWriter implements FlatMapFunction<Iterator<InternalRow>, Ro
             }
             // getBinary copies: the producer keeps the arrays until the batch is sent.
             byte[] k = row.isNullAt(key) ? null : row.getBinary(key);
-            byte[] v = row.isNullAt(value) ? null : row.getBinary(value); // null: a tombstone
+            byte[] v = row.isNullAt(value) ? null // a tombstone
+                    : textValue ? row.getUTF8String(value).getBytes() : row.getBinary(value);
             Long ts = timestamp < 0 || row.isNullAt(timestamp) ? null : row.getLong(timestamp);
             if (headers.length == 0) {
                 return new ProducerRecord<>(topic, null, ts, k, v);
