@@ -267,11 +267,11 @@ def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
 
 @pytest.fixture(scope="session")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One broker with TLS (mutual), SASL/SCRAM and ACLs enforced (tests/secure_support.py),
+    """One broker with TLS (mutual), SASL/SCRAM and ACLs enforced (tests/support/secure.py),
     shared by the TLS, ACL and TLS-export tests."""
     if os.environ.get(REAL_KAFKA_ENV):
         pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
-    from tests.secure_support import start_secure_broker
+    from tests.support.secure import start_secure_broker
 
     secured = start_secure_broker(tmp_path_factory.mktemp("secure"), TEST_BROKER_CONFIG)
     try:

@@ -1,7 +1,7 @@
 """A whole export over mutual TLS, its principal holding only the export's ACLs; and a
 wrong CA failing the run before any transaction opens.
 
-The broker is tests/secure_support.py's: SSL listener with client certificates required,
+The broker is tests/support/secure.py's: SSL listener with client certificates required,
 ACLs enforced. The ``kafka`` connection's extra carries ``ssl.ca.location``,
 ``ssl.certificate.location``, ``ssl.key.location`` and ``ssl.key.password`` (the key is
 encrypted): the recover sensor, the prepare operator and its Spark job (driver and
@@ -24,9 +24,11 @@ from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.airflow import dagtest
 from tests.conftest import unique_id
-from tests.java_witness import assert_java_witness
-from tests.secure_support import TLS_PRINCIPAL
-from tests.test_security import assert_exactly_once_over_sasl as assert_exactly_once_over
+from tests.integration.test_security import (
+    assert_exactly_once_over_sasl as assert_exactly_once_over,
+)
+from tests.support.java_witness import assert_java_witness
+from tests.support.secure import TLS_PRINCIPAL
 
 pytestmark = pytest.mark.slow
 
