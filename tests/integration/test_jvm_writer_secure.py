@@ -17,11 +17,9 @@ from airflow_provider_kafka2pc.errors import PrepareError
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from tests.conftest import audit, unique_id
+from tests.conftest import assert_exactly_once, audit, unique_id
 from tests.support.secure import TLS_PRINCIPAL
 from tests.support.spark import local_session
-
-from .test_security import assert_exactly_once_over_sasl as assert_exactly_once_over
 
 ROWS = 2000
 
@@ -64,7 +62,9 @@ def test_jvm_writer_prepares_over_tls_and_sasl_with_only_the_exports_acls(
         assert audit(protocol, topic, *batch.committables).totals["open"] == ROWS
         ended = TransactionController(protocol).commit_all(batch.committables)
         assert {r.outcome for r in ended} == {Outcome.COMMITTED}
-        assert_exactly_once_over(protocol, settings, topic, *batch.committables, committed=ROWS)
+        assert_exactly_once(
+            protocol, settings, topic, *batch.committables, committed=ROWS, aborted=0
+        )
     out, err = capfd.readouterr()
     for secret in secrets:
         assert secret not in out + err

@@ -22,14 +22,12 @@ from confluent_kafka.admin import AdminClient
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.errors import RepairImpossibleError
 from airflow_provider_kafka2pc.ledger import BatchState, Ledger, ParticipantState, Verdict
-from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.log import LogReader
 from airflow_provider_kafka2pc.transaction.log_copy import LogCopy, NotInLogError
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
-from devtools.visible import read_committed
 from tests.conftest import assert_exactly_once, unique_id
 
 SHORT_MS = 4_000
@@ -220,12 +218,12 @@ def test_records_deleted_from_the_log_fall_back_to_the_source(
     assert finished.repaired_from == {0: "source", 1: "log"}
     assert finished.batch.state is BatchState.COMMITTED
     copies = [p.committable for p in rig.participants()]
-    assert_once_after_delete(
+    assert_exactly_once(
         protocol,
         bootstrap,
         topic,
-        copies,
-        start=first.partitions[0].last_offset + 1,
+        *copies,
+        start_offsets={0: first.partitions[0].last_offset + 1},
         committed=rig.total,
         aborted=second.record_count,
     )
@@ -254,12 +252,12 @@ def test_not_in_the_log_and_no_source_is_refused_leaving_nothing_open(
     assert rig.store.get(rig.export, RUN_KEY).state is BatchState.COMMIT_DECIDED
     assert [p.state for p in rig.participants()] == [ParticipantState.LOST] * 2
     # The second participant's records (still in the log) and its aborted copy: aborted.
-    assert_once_after_delete(
+    assert_exactly_once(
         protocol,
         bootstrap,
         topic,
-        rig.lost,
-        start=first.partitions[0].last_offset,
+        *rig.lost,
+        start_offsets={0: first.partitions[0].last_offset},
         committed=0,
         aborted=None,  # the batch holding the new log start is read whole: 601 or more
     )
@@ -273,21 +271,6 @@ def test_without_a_log_copy_the_commit_still_reports_the_loss(rigs, protocol, se
     with pytest.raises(ParticipantLostError, match="rows are NOT in the topic"):
         rig.coordinator(log_copy=False).commit(rig.export, RUN_KEY)
     record_lost(rig)
-
-
-def assert_once_after_delete(
-    protocol, bootstrap, topic, committables, *, start: int, committed: int, aborted: int | None
-) -> None:
-    """assert_exactly_once's two witnesses for a one-partition topic whose log now starts
-    at ``start`` (the markers audit from there; the consumer from the log start)."""
-    report = audit_topic(protocol, topic, committables, start_offsets={0: start}, duplicates=True)
-    totals = report.totals
-    assert (totals["committed"], totals["open"]) == (committed, 0), report.to_dict()
-    if aborted is not None:
-        assert totals["aborted"] == aborted, report.to_dict()
-    assert report.duplicates["extra_copies"] == 0, report.duplicates
-    seen = read_committed({"bootstrap.servers": bootstrap}, topic, timeout_s=15)
-    assert not seen.stalled and seen.total == committed and seen.duplicate_keys == 0, seen.to_dict()
 
 
 def record_lost(rig: Rig) -> None:

@@ -23,7 +23,6 @@ from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.log import LogReader
 from airflow_provider_kafka2pc.transaction.log_copy import LogCopy
-from devtools.visible import read_committed
 from tests.conftest import assert_exactly_once, unique_id
 from tests.support.spark import local_session
 
@@ -84,8 +83,7 @@ def test_a_lost_participant_is_repaired_from_the_log_with_the_source_deleted(
         assert seconds < 30, seconds  # no Spark job: the copy and the commit only
         final = [p.committable for p in store.participants(export, "k")]
     lost_rows = sum(c.record_count for c in lost)
-    assert_exactly_once(
+    _, seen = assert_exactly_once(
         protocol, bootstrap, topic, *lost, *final, committed=ROWS, aborted=lost_rows
     )
-    seen = read_committed({"bootstrap.servers": bootstrap}, topic)
     assert sorted(k.decode() for k in seen.keys) == [r["id"] for r in rows]

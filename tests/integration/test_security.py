@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,8 +42,13 @@ from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.broker import KafkaBroker
 from devtools.broker.node import free_port
 from devtools.spark_submit import submit_prepare
-from devtools.visible import read_committed
-from tests.conftest import REAL_KAFKA_ENV, TEST_BROKER_CONFIG, audit, cli, unique_id
+from tests.conftest import (
+    REAL_KAFKA_ENV,
+    TEST_BROKER_CONFIG,
+    assert_exactly_once,
+    cli,
+    unique_id,
+)
 
 USER = "alice"
 #: Distinctive, so that any copy of it anywhere is found; hex only, so its JSON and
@@ -135,25 +139,6 @@ def make_topic(protocol: KafkaProtocol, partitions: int) -> str:
     return name
 
 
-def assert_exactly_once_over_sasl(
-    protocol: KafkaProtocol,
-    settings: dict[str, Any],
-    topic: str,
-    *committables: Committable,
-    committed: int,
-) -> None:
-    """conftest's two witnesses, both over SASL: the markers (audit) and read_committed."""
-    report = audit(protocol, topic, *committables)
-    assert report.totals["committed"] == committed, report.to_dict()
-    assert report.totals["open"] == 0, report.to_dict()
-    assert report.totals["aborted"] == 0, report.to_dict()
-    assert report.duplicates["extra_copies"] == 0, report.duplicates
-    seen = read_committed(settings, topic, timeout_s=15)
-    assert not seen.stalled, seen.to_dict()
-    assert seen.total == committed, seen.to_dict()
-    assert seen.duplicate_keys == 0, seen.to_dict()
-
-
 def rows(start: int, count: int) -> list[tuple[bytes, bytes]]:
     return [(str(i).encode(), json.dumps({"id": i}).encode()) for i in range(start, start + count)]
 
@@ -174,7 +159,7 @@ def test_writer_and_control_plane_over_sasl_without_the_password_in_debug_logs(
     with KafkaProtocol(sasl, timeout_ms=10_000) as protocol:  # a fresh login, at DEBUG
         results = TransactionController(protocol).commit_all(committables)
     assert [r.outcome for r in results] == [Outcome.COMMITTED, Outcome.COMMITTED]
-    assert_exactly_once_over_sasl(sasl_protocol, sasl, topic, *committables, committed=80)
+    assert_exactly_once(sasl_protocol, sasl, topic, *committables, committed=80, aborted=0)
 
     text = debug_logs.text
     # The grep can fail: both libraries' SASL exchanges and configurations were captured.
@@ -261,7 +246,7 @@ def test_spark_submit_over_sasl_then_cli_commit_exactly_once_without_the_passwor
     assert {r["outcome"] for r in json.loads(committed.stdout)["results"]} == {"COMMITTED"}
     assert_no_secret("kafka2pc commit stdout", committed.stdout)
     assert_no_secret("kafka2pc commit stderr", committed.stderr)
-    assert_exactly_once_over_sasl(sasl_protocol, sasl, topic, *batch.committables, committed=count)
+    assert_exactly_once(sasl_protocol, sasl, topic, *batch.committables, committed=count, aborted=0)
     print(f"spark-submit prepare over SASL: {prepare_s:.1f} s")
 
 
@@ -310,7 +295,7 @@ def test_wrong_password_on_the_writer_says_authentication_failed(sasl, sasl_prot
     print(f"refused login reported after {time.monotonic() - started:.1f} s (timeout 10 s)")
     assert_no_secret("writer error", message)
     assert_no_secret("writer logs", caplog.text)
-    assert_exactly_once_over_sasl(sasl_protocol, sasl, topic, committed=0)  # nothing written
+    assert_exactly_once(sasl_protocol, sasl, topic, committed=0, aborted=0)  # nothing written
 
 
 def test_wrong_password_on_the_control_plane_shows_no_secret(sasl, caplog):

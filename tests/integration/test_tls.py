@@ -24,10 +24,8 @@ from airflow_provider_kafka2pc.transaction.controller import Outcome, Transactio
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.tls import check_tls, tls_problem
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
-from tests.conftest import cli, unique_id, write_jsonl
+from tests.conftest import assert_exactly_once, cli, unique_id, write_jsonl
 from tests.support.secure import TLS_PRINCIPAL
-
-from .test_security import assert_exactly_once_over_sasl as assert_exactly_once_over
 
 #: What each wrong setting must be called, by every entry point.
 NAMED = {
@@ -71,7 +69,7 @@ def test_writer_and_control_plane_over_mutual_tls_with_an_encrypted_key(
         results = TransactionController(protocol).commit_all(committables)
         assert [r.outcome for r in results] == [Outcome.COMMITTED] * 2
         # Both witnesses over mutual TLS, as the export's own principal.
-        assert_exactly_once_over(protocol, settings, topic, *committables, committed=100)
+        assert_exactly_once(protocol, settings, topic, *committables, committed=100, aborted=0)
     assert "ssl" in caplog.text.lower()  # the clients' DEBUG output was captured
     assert settings["ssl.key.password"] not in caplog.text
 
@@ -121,7 +119,7 @@ def test_a_wrong_ca_or_host_name_is_named_before_any_transaction_opens(
     with KafkaProtocol(secure_broker.admin, timeout_ms=10_000) as admin:
         assert admin.describe_transaction(tid) is None
         assert admin.list_transactions(prefix) == []
-        assert_exactly_once_over(admin, secure_broker.admin, topic, committed=0)
+        assert_exactly_once(admin, secure_broker.admin, topic, committed=0, aborted=0)
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,6 @@ from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
 from airflow_provider_kafka2pc.transaction import naming
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from devtools.broker.node import free_port
-from devtools.visible import read_committed
 from tests.conftest import assert_exactly_once
 
 REPO = Path(__file__).resolve().parents[2]
@@ -377,7 +376,7 @@ def assert_topic_exactly_once(deployment: Deployment, intervals: list[dict[str, 
         ]
     settings = {"bootstrap.servers": deployment.bootstrap}
     with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
-        report, _ = assert_exactly_once(
+        report, seen = assert_exactly_once(
             protocol,
             deployment.bootstrap,
             deployment.topic,
@@ -386,7 +385,6 @@ def assert_topic_exactly_once(deployment: Deployment, intervals: list[dict[str, 
         )
     assert all(view["state"] == "COMMITTED" and view["complete"] for view in report.committables)
     # Per interval, from the broker's side: each day's keys ("<yyyymmdd>-<n>") exactly ROWS.
-    seen = read_committed(settings, deployment.topic)
     per_day: dict[str, int] = {}
     for key, copies in seen.keys.items():
         assert copies == 1, key
