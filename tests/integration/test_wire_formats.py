@@ -2,7 +2,7 @@
 
 Real components only: Spark (in process, with Spark's Avro package from Maven Central),
 the real broker, and a real schema registry (Apicurio Registry 2.4.2's Confluent-compatible
-API, :mod:`.registry_support`). After every export, the usual witnesses (the log audit of
+API, :mod:`tests.support.registry`). After every export, the usual witnesses (the log audit of
 markers, a read_committed consumer); then every registry record is read back through
 confluent-kafka's ``AvroDeserializer`` asking that registry.
 """
