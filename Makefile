@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo docs test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire clean
+.PHONY: demo docs test test-unit test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire clean
 
 # devtools/ (the local broker and cluster, the demo, test helpers) is not installed with the
 # package (tests/integration/test_wheel.py): a development venv finds it, and tests/ and benchmarks/, in
@@ -64,6 +64,10 @@ test-airflow-oldest: $(OLDEST_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m devtools demo
+
+# The unit tier alone (tests/README.md): no broker, no Spark, no Airflow; seconds.
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
 
 test: $(STAMP)
 	$(BIN)/ruff check .
