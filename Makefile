@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo docs test test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire clean
+.PHONY: demo docs test test-unit test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire clean
 
 # devtools/ (the local broker and cluster, the demo, test helpers) is not installed with the
-# package (tests/test_wheel.py): a development venv finds it, and tests/ and benchmarks/, in
+# package (tests/integration/test_wheel.py): a development venv finds it, and tests/ and benchmarks/, in
 # the checkout from any directory (`python benchmarks/bench_peers.py`, a test's subprocess).
 define CHECKOUT_ON_PATH
 	echo "$(CURDIR)" > "$$($(1) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/kafka2pc-checkout.pth"
@@ -37,7 +37,7 @@ OLDEST_CONSTRAINTS := .ci/airflow-oldest-constraints.txt
 # scheduled run and a backfill under a real scheduler.
 OLDEST_TESTS := tests/airflow/test_provider.py tests/airflow/test_example_dag.py \
 	tests/airflow/test_parse_without_connections.py \
-	tests/test_cli.py::test_demo_proves_exactly_once_then_writes_nothing_again \
+	tests/integration/test_cli.py::test_demo_proves_exactly_once_then_writes_nothing_again \
 	tests/airflow/test_export_happy.py tests/airflow/test_verdict.py \
 	tests/airflow/test_export_faults.py::test_decision_retried_after_raising_keeps_the_recorded_verdict \
 	tests/airflow/test_export_faults.py::test_failing_prepare_aborts_fences_its_ids_and_fails_the_run \
@@ -64,6 +64,10 @@ test-airflow-oldest: $(OLDEST_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m devtools demo
+
+# The unit tier alone (tests/README.md): no broker, no Spark, no Airflow; seconds.
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a PostgreSQL server (initdb, pg_ctl, postgres) is installed for the ledger tests,
-# which start a throwaway server from it (tests/postgres_support.py). Installs Debian's
+# which start a throwaway server from it (tests/support/postgres.py). Installs Debian's
 # `postgresql` package only when no server binaries are found; safe to run again.
 set -euo pipefail
 

@@ -100,7 +100,7 @@ from devtools.spark_submit import submit_prepare
 
 WORK_DIR = Path("/tmp/kafka2pc-bench/wire")
 #: The command line the package installs beside this interpreter.
-#: Where the tests resolve Spark's Avro package (``tests/test_wire_formats.py``).
+#: Where the tests resolve Spark's Avro package (``tests/integration/test_wire_formats.py``).
 IVY = HOME / "spark-ivy"
 
 JSON_VALUES = "kafka2pc JSON"

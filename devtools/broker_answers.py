@@ -9,7 +9,7 @@ controller must not send, for information) and for KIP-890 transactions written 
 protocol level, which the controller ends with v5.
 
 ``scripts/broker_answers.py`` prints the table (``docs/broker-answers.md``);
-``tests/test_broker_answers.py`` replays every row against that document. Not used on
+``tests/integration/test_broker_answers.py`` replays every row against that document. Not used on
 any production path.
 """
 

@@ -6,7 +6,7 @@
 Starts Apache Kafka 4.4.0 and 3.9.2 (one local KRaft node each, checking for timed-out
 transactions every 500 ms), unless given running brokers as ``VERSION=HOST:PORT``.
 The scenarios live in :mod:`devtools.broker_answers`, shared with
-tests/test_broker_answers.py, which replays every row against the document.
+tests/integration/test_broker_answers.py, which replays every row against the document.
 """
 
 from __future__ import annotations
@@ -92,9 +92,9 @@ def document(results: dict[str, tuple[list[RowResult], str]], command: str) -> s
         f"{' and '.join(results)} (one local KRaft node each, "
         "`transaction.abort.timed.out.transaction.cleanup.interval.ms=500`), "
         f"kafka-python {kafka.__version__}, confluent-kafka {confluent_kafka.__version__} "
-        f"(librdkafka {confluent_kafka.libversion()[0]}). `tests/test_broker_answers.py` "
-        "replays every row on both versions and fails when the broker or the controller "
-        "answers differently from this file.",
+        f"(librdkafka {confluent_kafka.libversion()[0]}). "
+        "`tests/integration/test_broker_answers.py` replays every row on both versions and "
+        "fails when the broker or the controller answers differently from this file.",
         "",
         "Each row writes fresh transactions of "
         "a few records over 3 partitions, brings them into the situation and waits until "

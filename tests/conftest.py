@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -199,18 +199,26 @@ def audit(protocol: KafkaProtocol, topic: str, *committables: Committable) -> Au
 
 def assert_exactly_once(
     protocol: KafkaProtocol,
-    bootstrap: str,
+    bootstrap: str | Mapping[str, Any],
     topic: str,
     *committables: Committable,
     committed: int,
     aborted: int | None = None,
     open_: int = 0,
     keys_unique: bool = True,
+    start_offsets: Mapping[int, int] | None = None,
 ) -> tuple[AuditReport, Visible]:
     """Two independent witnesses agree: the markers (our audit) and the broker itself
     (a read_committed consumer). Committed records counted once, no duplicate key,
-    aborted records invisible, nothing open (unless ``open_`` says so)."""
-    report = audit(protocol, topic, *committables)
+    aborted records invisible, nothing open (unless ``open_`` says so).
+
+    ``bootstrap`` is the broker's address, or the consumer's whole settings (a secured
+    listener: both witnesses then go through it, as ``protocol`` does). ``start_offsets``:
+    where each partition's log now starts (after DeleteRecords); the consumer reads from
+    the log start either way. The one helper for this check: every tier calls it."""
+    report = audit_topic(
+        protocol, topic, committables, start_offsets=start_offsets, duplicates=True
+    )
     totals = report.totals
     assert totals["committed"] == committed, report.to_dict()
     assert totals["open"] == open_, report.to_dict()
@@ -218,7 +226,8 @@ def assert_exactly_once(
         assert totals["aborted"] == aborted, report.to_dict()
     if keys_unique:
         assert report.duplicates["extra_copies"] == 0, report.duplicates
-    seen = read_committed({"bootstrap.servers": bootstrap}, topic, timeout_s=3 if open_ else 15)
+    consumer = {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else bootstrap
+    seen = read_committed(consumer, topic, timeout_s=3 if open_ else 15)
     if not open_:
         assert not seen.stalled, seen.to_dict()
         # Everything committed is visible and nothing else: aborted records are not.
@@ -267,11 +276,11 @@ def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
 
 @pytest.fixture(scope="session")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One broker with TLS (mutual), SASL/SCRAM and ACLs enforced (tests/secure_support.py),
+    """One broker with TLS (mutual), SASL/SCRAM and ACLs enforced (tests/support/secure.py),
     shared by the TLS, ACL and TLS-export tests."""
     if os.environ.get(REAL_KAFKA_ENV):
         pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
-    from tests.secure_support import start_secure_broker
+    from tests.support.secure import start_secure_broker
 
     secured = start_secure_broker(tmp_path_factory.mktemp("secure"), TEST_BROKER_CONFIG)
     try:

@@ -15,7 +15,7 @@ APPLICATION = str(Path(__file__).with_name("app.py"))
 PROJECT_JAR = str(Path(__file__).with_name("jars") / "kafka2pc-spark.jar")
 #: Spark's Avro package (``to_avro``) on Maven Central, for registry Avro values/keys.
 #: 4.3.0 is not served there (Nov 2026); 4.2.0 runs under pyspark 4.3.0
-#: (tests/test_wire_formats.py proves it here).
+#: (tests/integration/test_wire_formats.py proves it here).
 AVRO_PACKAGE = "org.apache.spark:spark-avro_2.13:4.2.0"
 
 __all__ = [

@@ -1,7 +1,8 @@
 """The ACLs an export's principal needs, created with kafka-python's admin client, and
 the broker's authorization refusals turned into errors that name the missing ACL.
 
-Measured on Apache Kafka 4.4.0 with the KRaft ``StandardAuthorizer`` (tests/test_acls.py):
+Measured on Apache Kafka 4.4.0 with the KRaft ``StandardAuthorizer``
+(tests/integration/test_acls.py):
 
 - The writer (librdkafka) needs WRITE on the topic (Produce, AddPartitionsToTxn) and
   WRITE on its transactional id (InitProducerId, AddPartitionsToTxn); the control plane

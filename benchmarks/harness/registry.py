@@ -1,7 +1,7 @@
 """A schema registry for the benchmarks: the tests' Apicurio Registry, started once, untimed.
 
 Why the tests' registry: it is the one the registry formats are tested against
-(``tests/registry_support.py``: Apicurio Registry 2.4.2's Confluent-compatible API, built
+(``tests/support/registry.py``: Apicurio Registry 2.4.2's Confluent-compatible API, built
 from Maven Central into ``~/.cache/kafka2pc`` on first use, in-memory storage). Its
 process is found by its jar in this process's children so that every measured run can
 leave it out of its CPU, as it leaves out the broker.
@@ -21,7 +21,7 @@ _REPO = Path(__file__).resolve().parents[2]
 if str(_REPO) not in sys.path:  # ``python benchmarks/bench_x.py``: the repository's tests/
     sys.path.append(str(_REPO))
 
-from tests.registry_support import HOME, RUNNER, running_registry  # noqa: E402
+from tests.support.registry import HOME, RUNNER, running_registry  # noqa: E402
 
 __all__ = ["HOME", "Registry", "schema_registry"]
 

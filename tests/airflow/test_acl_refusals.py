@@ -1,7 +1,7 @@
 """Every refusal by ACL is an AuthorizationError, on every path an export takes.
 
 On the secured broker (TLS, SASL/SCRAM, the KRaft ``StandardAuthorizer``;
-``tests/secure_support.py``) the principal ``User:refused`` gets exactly the ACLs
+``tests/support/secure.py``) the principal ``User:refused`` gets exactly the ACLs
 ``kafka2pc acls`` prints for a fresh topic and id prefix, minus the one a path needs. Each
 path, entered as the export's tasks enter it (the hooks over the Airflow connections), must
 raise :class:`AuthorizationError` naming the principal, the resource, what was refused and

@@ -20,7 +20,7 @@ from airflow_provider_kafka2pc.spark.connect import remote_session
 from airflow_provider_kafka2pc.spark.remote import prepare_remote
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.conftest import audit, unique_id, write_jsonl
-from tests.connect_support import ConnectServer, connect_server
+from tests.support.connect import ConnectServer, connect_server
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from typing import Any
 import pendulum
 import pytest
 
-from ..spark_support import PYTHON_ENV, QUIET_CONF
+from ..support.spark import PYTHON_ENV, QUIET_CONF
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = REPO / "dags"

@@ -25,7 +25,7 @@ from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.airflow import dagtest
 from tests.airflow.test_loss_repair import EXPORT_TIMEOUT_MS, CommitRetriedAfterTheTimeout
 from tests.conftest import assert_exactly_once
-from tests.connect_support import ConnectServer, connect_server
+from tests.support.connect import ConnectServer, connect_server
 
 ROWS = 300
 

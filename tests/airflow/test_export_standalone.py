@@ -1,6 +1,6 @@
 """The export through the operator on a Spark standalone cluster, a worker killed mid-prepare.
 
-A standalone master and two one-core workers (``spark-class``, tests/spark_support.py);
+A standalone master and two one-core workers (``spark-class``, tests/support/spark.py);
 the ``spark`` connection points at ``spark://127.0.0.1:<port>``, so the prepare task's
 spark-submit runs its driver here (client mode) and its executors on the workers; the
 manifest goes to ``manifest_dir``, a path the driver and the Airflow task both see.
@@ -30,7 +30,7 @@ from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once
 from tests.faults.conftest import QUICK_SPARK
 from tests.faults.injected import spark_dies
-from tests.spark_support import standalone_cluster
+from tests.support.spark import standalone_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """A whole export over mutual TLS, its principal holding only the export's ACLs; and a
 wrong CA failing the run before any transaction opens.
 
-The broker is tests/secure_support.py's: SSL listener with client certificates required,
+The broker is tests/support/secure.py's: SSL listener with client certificates required,
 ACLs enforced. The ``kafka`` connection's extra carries ``ssl.ca.location``,
 ``ssl.certificate.location``, ``ssl.key.location`` and ``ssl.key.password`` (the key is
 encrypted): the recover sensor, the prepare operator and its Spark job (driver and
@@ -23,10 +23,9 @@ import pytest
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.airflow import dagtest
-from tests.conftest import unique_id
-from tests.java_witness import assert_java_witness
-from tests.secure_support import TLS_PRINCIPAL
-from tests.test_security import assert_exactly_once_over_sasl as assert_exactly_once_over
+from tests.conftest import assert_exactly_once, unique_id
+from tests.support.java_witness import assert_java_witness
+from tests.support.secure import TLS_PRINCIPAL
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +76,7 @@ def test_export_over_mutual_tls_with_only_the_export_acls_commits_exactly_once(
     assert all(p.transactional_id.startswith(f"{prefix}-") for p in parts)
     committables = [p.committable for p in parts]
     with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
-        assert_exactly_once_over(protocol, settings, topic, *committables, committed=ROWS)
+        assert_exactly_once(protocol, settings, topic, *committables, committed=ROWS, aborted=0)
     java = assert_java_witness(
         secure_broker.broker.sasl_ssl_bootstrap_servers,
         topic,
@@ -129,4 +128,4 @@ def test_export_with_a_wrong_ca_fails_naming_tls_before_any_transaction_opens(
     with KafkaProtocol(secure_broker.admin, timeout_ms=10_000) as admin:
         assert admin.list_transactions(prefix) == []
         assert admin.describe_transaction(f"{prefix}-0") is None
-        assert_exactly_once_over(admin, secure_broker.admin, topic, committed=0)
+        assert_exactly_once(admin, secure_broker.admin, topic, committed=0, aborted=0)

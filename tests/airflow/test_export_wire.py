@@ -19,8 +19,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
 from tests.conftest import assert_exactly_once
-from tests.registry_support import HOME, running_registry
-from tests.test_wire_formats import consume_all
+from tests.integration.test_wire_formats import consume_all
+from tests.support.registry import HOME, running_registry
 
 ROWS = 300
 BASE_MS = 1_589_716_800_000  # 2020-05-17T12:00:00Z

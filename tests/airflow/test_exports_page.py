@@ -49,7 +49,7 @@ from devtools.broker import DEFAULT_KAFKA_VERSION
 from devtools.broker.node import free_port
 
 from ..conftest import REAL_KAFKA_ENV, assert_exactly_once
-from ..postgres_support import postgres_url
+from ..support.postgres import postgres_url
 
 pytestmark = pytest.mark.slow
 

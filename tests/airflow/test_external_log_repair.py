@@ -18,7 +18,7 @@ from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.airflow import dagtest
 from tests.airflow.test_external_prepare import ROWS, load_dag
 from tests.conftest import assert_exactly_once
-from tests.test_log_copy_repair import wait_aborted_by_broker
+from tests.integration.test_log_copy_repair import wait_aborted_by_broker
 
 TIMEOUT_MS = 20_000
 

@@ -276,7 +276,7 @@ class CommitRetriedAfterTheTimeout(KafkaTransactionCommitOperator):
 
     def __init__(self, **kwargs):
         # This file tests the re-prepare from the source: the copy from the log, tried
-        # first by default, is off (tests/test_log_copy_repair.py covers it).
+        # first by default, is off (tests/integration/test_log_copy_repair.py covers it).
         super().__init__(repair_from_log=False, **kwargs)
 
     seen: ClassVar[dict[str, Any]] = {}
@@ -360,7 +360,7 @@ class CommitAfterPartitionsWereAdded(KafkaTransactionCommitOperator):
 
     def __init__(self, **kwargs):
         # This file tests the re-prepare from the source: the copy from the log, tried
-        # first by default, is off (tests/test_log_copy_repair.py covers it).
+        # first by default, is off (tests/integration/test_log_copy_repair.py covers it).
         super().__init__(repair_from_log=False, **kwargs)
 
     topic_name: ClassVar[str]
@@ -426,7 +426,7 @@ class CommitAfterTheSourceChanged(KafkaTransactionCommitOperator):
 
     def __init__(self, **kwargs):
         # This file tests the re-prepare from the source: the copy from the log, tried
-        # first by default, is off (tests/test_log_copy_repair.py covers it).
+        # first by default, is off (tests/integration/test_log_copy_repair.py covers it).
         super().__init__(repair_from_log=False, **kwargs)
 
     source_dir: ClassVar[Path]

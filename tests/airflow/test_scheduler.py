@@ -1,6 +1,6 @@
 """The example DAG under a real scheduler and worker: Airflow's own processes, not dag.test().
 
-One Airflow deployment for the module (``tests/scheduler_support.py``): api-server,
+One Airflow deployment for the module (``tests/support/scheduler.py``): api-server,
 scheduler with the LocalExecutor, dag-processor and triggerer in subprocesses, the metadata
 DB and the coordinator ledger in databases of their own on a throwaway PostgreSQL server.
 The dags folder holds ``dags/orders_export.py`` (parametrised by env: the session's broker
@@ -26,8 +26,8 @@ import pytest
 from devtools.broker import DEFAULT_KAFKA_VERSION
 
 from ..conftest import REAL_KAFKA_ENV
-from ..postgres_support import postgres_url
-from ..scheduler_support import (
+from ..support.postgres import postgres_url
+from ..support.scheduler import (
     DAG_ID,
     FINAL,
     Deployment,

@@ -21,7 +21,7 @@ from airflow_provider_kafka2pc.transaction.controller import (
 from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, unique_id
-from tests.java_witness import assert_java_witness
+from tests.support.java_witness import assert_java_witness
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 What an operator does to upgrade or reconfigure Kafka: one node at a time, down, up, wait
 until every replica is back in sync, next. Here it happens while Airflow (scheduler with
-the LocalExecutor, PostgreSQL metadata DB and ledger; ``tests/scheduler_support.py``)
+the LocalExecutor, PostgreSQL metadata DB and ledger; ``tests/support/scheduler.py``)
 backfills three days of the example DAG, two runs at a time, plus the one interval the
 scheduler catches up on its own. The restarts are timed on the runs' own progress:
 
@@ -39,9 +39,9 @@ import pytest
 
 from airflow_provider_kafka2pc.transaction import naming
 from devtools.broker import KafkaCluster
-from tests.java_witness import assert_java_witness
-from tests.postgres_support import postgres_url
-from tests.scheduler_support import (
+from tests.support.java_witness import assert_java_witness
+from tests.support.postgres import postgres_url
+from tests.support.scheduler import (
     EXPORT_ID,
     FINAL,
     Deployment,

@@ -33,7 +33,7 @@ from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.broker import KafkaCluster
 from tests.conftest import assert_exactly_once
-from tests.java_witness import assert_java_witness
+from tests.support.java_witness import assert_java_witness
 
 pytestmark = pytest.mark.cluster
 

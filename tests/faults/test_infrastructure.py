@@ -19,14 +19,14 @@ from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from devtools.broker import KafkaBroker
 from tests.conftest import TEST_BROKER_CONFIG, audit, unique_id
 from tests.faults.conftest import ROWS, assert_exported_once
-from tests.postgres_support import (
+from tests.support.postgres import (
     INSTALL_HINT,
     POSTGRES_URL_ENV,
     SKIP_POSTGRES_ENV,
     RestartablePostgres,
     find_bindir,
 )
-from tests.proxy import Mode, TcpProxy
+from tests.support.proxy import Mode, TcpProxy
 
 DAY = 5
 

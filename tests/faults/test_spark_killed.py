@@ -1,7 +1,7 @@
 """The Spark side dies: one task's Python worker mid-write, or the whole prepare job
 after some of its partitions prepared.
 
-The Spark-level retry of a killed task is tested in ``tests/test_spark_prepare.py``;
+The Spark-level retry of a killed task is tested in ``tests/integration/test_spark_prepare.py``;
 here the job runs as users run it (spark-submit from the prepare task, ``local[N]``,
 which does not retry tasks), so the prepare fails, and the run must abort cleanly:
 every transaction the dead job opened is aborted, nothing is left open for a

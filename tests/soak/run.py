@@ -5,7 +5,7 @@ proxy in front of each node (every client and every replica fetcher goes through
 dropped proxy cuts the node off the network), a PostgreSQL server for Airflow's metadata DB
 and another for the coordinator ledger (the one the nemesis crash-restarts; it keeps every
 acknowledged commit, ``synchronous_commit=on``), and an Airflow deployment (scheduler with
-the LocalExecutor, ``tests/scheduler_support.py``) running the example DAG with more
+the LocalExecutor, ``tests/support/scheduler.py``) running the example DAG with more
 retries, sooner. Airflow backfills ``intervals`` days, ``concurrency`` runs at a time.
 
 While any run is unfinished, the nemesis works through the seed's schedule
@@ -40,10 +40,10 @@ from devtools.broker.node import HOST, free_port
 from devtools.visible import read_committed
 from tests.cluster.support import create_transaction_state_log
 from tests.conftest import TEST_BROKER_CONFIG
-from tests.java_witness import java_read_committed
-from tests.postgres_support import RestartablePostgres, find_bindir, postgres_url
-from tests.proxy import Mode, TcpProxy
-from tests.scheduler_support import (
+from tests.support.java_witness import java_read_committed
+from tests.support.postgres import RestartablePostgres, find_bindir, postgres_url
+from tests.support.proxy import Mode, TcpProxy
+from tests.support.scheduler import (
     DAG_ID,
     EXPORT_ID,
     FINAL,

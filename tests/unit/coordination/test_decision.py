@@ -5,7 +5,7 @@ least the commit margin before the earliest transaction timeout ("the decision r
 COMMIT when the earliest participant would expire within the commit margin, naming it").
 Anything else is ABORT, with a reason a person can act on.
 
-The broker is a script at ``not_open``'s seam (:mod:`tests.unit.scripted`):
+The broker is a script at ``not_open``'s seam (:mod:`tests.support.scripted`):
 DescribeTransactions where the broker has it, else the log's markers.
 """
 
@@ -20,6 +20,7 @@ from airflow_provider_kafka2pc.ledger import BatchState, Verdict
 from airflow_provider_kafka2pc.ledger import ParticipantState as P
 from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState as Coord
 from airflow_provider_kafka2pc.transaction.protocol import ControlType
+from tests.support.scripted import ScriptedBroker
 from tests.unit.builders import (
     EPOCH,
     NOW,
@@ -33,7 +34,6 @@ from tests.unit.builders import (
     participants,
     tid,
 )
-from tests.unit.scripted import ScriptedCoordinator
 
 S = BatchState
 COMMIT, ABORT = Verdict.COMMIT, Verdict.ABORT
@@ -347,7 +347,7 @@ ASSESS_RULES = [
 def test_the_decision_commits_only_a_complete_counted_open_batch_inside_the_margin(
     b, parts, says, verdict, why
 ):
-    broker = ScriptedCoordinator([p.committable for p in parts], **says)
+    broker = ScriptedBroker.holding([p.committable for p in parts], **says)
 
     result = assess(b, parts, broker, now_ms=NOW_MS, commit_margin_ms=ms(MARGIN))
 
@@ -364,7 +364,7 @@ def test_every_batch_state_but_prepared_aborts(state):
     # The decision operator assesses only a batch without a verdict (PREPARING or
     # PREPARED); for the others the ledger keeps the recorded verdict.
     result = assess(
-        batch(state), ROOMY, ScriptedCoordinator(), now_ms=NOW_MS, commit_margin_ms=ms(MARGIN)
+        batch(state), ROOMY, ScriptedBroker.holding(), now_ms=NOW_MS, commit_margin_ms=ms(MARGIN)
     )
 
     assert result.verdict is ABORT
@@ -373,7 +373,7 @@ def test_every_batch_state_but_prepared_aborts(state):
 
 def test_the_broker_is_asked_only_about_transactions_that_were_opened():
     parts = [ROOMY[0], participant(1, records=0), ROOMY[2]]
-    broker = ScriptedCoordinator([p.committable for p in parts])
+    broker = ScriptedBroker.holding([p.committable for p in parts])
 
     result = assess(
         batch(source_rows=2 * RECORDS), parts, broker, now_ms=NOW_MS, commit_margin_ms=ms(MARGIN)
@@ -385,7 +385,7 @@ def test_the_broker_is_asked_only_about_transactions_that_were_opened():
 
 def test_an_empty_source_commits_without_asking_the_broker():
     parts = participants(*PREPARED3, records=0)
-    broker = ScriptedCoordinator()
+    broker = ScriptedBroker.holding()
 
     result = assess(batch(source_rows=0), parts, broker, now_ms=NOW_MS, commit_margin_ms=ms(MARGIN))
 
@@ -395,7 +395,7 @@ def test_an_empty_source_commits_without_asking_the_broker():
 
 
 def test_without_describe_transactions_the_decision_reads_the_log_after_each_last_record():
-    broker = ScriptedCoordinator([p.committable for p in ROOMY], can_describe=False)
+    broker = ScriptedBroker.holding([p.committable for p in ROOMY], can_describe=False)
 
     assess(batch(), ROOMY, broker, now_ms=NOW_MS, commit_margin_ms=ms(MARGIN))
 
@@ -431,7 +431,7 @@ def test_without_describe_transactions_the_decision_reads_the_log_after_each_las
 def test_the_assessment_carries_the_earliest_deadline_and_the_seconds_left(
     parts, deadline, seconds_left
 ):
-    broker = ScriptedCoordinator([p.committable for p in parts])
+    broker = ScriptedBroker.holding([p.committable for p in parts])
 
     result = assess(batch(), parts, broker, now_ms=NOW_MS, commit_margin_ms=ms(MARGIN))
 
@@ -466,7 +466,7 @@ def test_the_earliest_deadline_counts_only_opened_classic_transactions(parts, de
 
 def test_an_abort_before_the_guard_carries_no_deadline():
     result = assess(
-        batch(S.PREPARING), ROOMY, ScriptedCoordinator(), now_ms=NOW_MS, commit_margin_ms=0
+        batch(S.PREPARING), ROOMY, ScriptedBroker.holding(), now_ms=NOW_MS, commit_margin_ms=0
     )
 
     assert (result.earliest_deadline_ms, result.seconds_left) == (None, None)

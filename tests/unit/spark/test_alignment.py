@@ -1,6 +1,6 @@
 """Kafka-aligned partitioning: Spark's hash of the owner, when an export can be aligned, and
 the shipped jar built from the sources in the repository (its murmur2 is checked against
-Java's placement in a real Spark session: tests/test_spark_prepare.py)."""
+Java's placement in a real Spark session: tests/integration/test_spark_prepare.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """librdkafka-style settings translated for the JVM writer's Java producer, refused by name.
 
 The translation's effect on a real broker (TLS, SASL, ACLs) is proven by
-tests/test_jvm_writer_secure.py; here: what maps to what, and that no refusal shows a value.
+tests/integration/test_jvm_writer_secure.py; here: what maps to what, and that no refusal
+shows a value.
 """
 
 from __future__ import annotations

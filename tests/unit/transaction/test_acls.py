@@ -1,6 +1,6 @@
 """The ACLs of an export and the reading of the broker's refusals, as tables.
 
-README "ACLs: exactly what an export needs"; on a real broker: tests/test_acls.py.
+README "ACLs: exactly what an export needs"; on a real broker: tests/integration/test_acls.py.
 """
 
 from __future__ import annotations

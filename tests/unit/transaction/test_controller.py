@@ -26,8 +26,8 @@ A = EndTxnAction
 
 #: What a real broker answered to EndTxn, situation by situation: docs/broker-answers.md,
 #: printed from Apache Kafka 4.4.0 and 3.9.2 by scripts/broker_answers.py and replayed live by
-#: tests/test_broker_answers.py. The actions of the answers seen there are derived from what
-#: the broker did, not copied from the product's table (below).
+#: tests/integration/test_broker_answers.py. The actions of the answers seen there are derived
+#: from what the broker did, not copied from the product's table (below).
 BROKER_ANSWERS = read_document(Path(__file__).resolve().parents[3] / "docs" / "broker-answers.md")
 
 
