@@ -57,9 +57,9 @@ from harness import (
     verify_topic,
 )
 
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import DeliveryReports, TransactionalWriter
 
 WRITER = "TransactionalWriter.write"

@@ -11,18 +11,18 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from airflow_provider_kafka2pc.errors import ConnectionLostError
-from airflow_provider_kafka2pc.transaction.committable import (
-    TRANSACTION_VERSION_CLASSIC,
-    Committable,
-    PartitionRange,
-)
-from airflow_provider_kafka2pc.transaction.protocol import (
+from airflow_provider_kafka2pc.protocol.client import (
     ApiKey,
     ControlType,
     ErrorCode,
     FetchAnswer,
     InitProducerIdAnswer,
     RecordBatch,
+)
+from airflow_provider_kafka2pc.transaction.committable import (
+    TRANSACTION_VERSION_CLASSIC,
+    Committable,
+    PartitionRange,
 )
 
 COORDINATOR = 7

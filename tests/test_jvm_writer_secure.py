@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_kafka2pc.errors import PrepareError
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
 from .conftest import audit, unique_id
 from .secure_support import TLS_PRINCIPAL

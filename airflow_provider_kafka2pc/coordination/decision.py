@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from ..errors import AuthorizationError
 from ..ledger import Batch, BatchState, Participant, ParticipantState, Verdict
 from ..ledger.store import earliest_deadline_ms
+from ..protocol.client import ApiKey, KafkaProtocol
+from ..protocol.described import CoordinatorTxnState
 from ..transaction.committable import Committable
-from ..transaction.described import CoordinatorTxnState
 from ..transaction.log import LogReader, marker_views
-from ..transaction.protocol import ApiKey, KafkaProtocol
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, Context
 
-from .. import compat, defaults
+from .. import compat, defaults, naming
+from ..connection.registry import RegistryFormat
 from ..coordination.finish import Coordinator
 from ..errors import (
     CommittableError,
@@ -54,10 +55,8 @@ from ..spark.job import (
 )
 from ..spark.partitionings import AUTO_PARTITIONING, check_partitioning
 from ..spark.writers import AUTO_WRITER, check_writer
-from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import HASH, SOURCE, Manifest
-from ..transaction.registry import RegistryFormat
 from ..transaction.routing import Routing, routing
 from ..utils import config
 from ..utils.connections import require_connection

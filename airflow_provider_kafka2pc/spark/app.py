@@ -40,9 +40,10 @@ from airflow_provider_kafka2pc.spark.partitionings import AUTO_PARTITIONING
 from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.spark.writers import AUTO_WRITER, WRITERS
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, SOURCE, Manifest
-from airflow_provider_kafka2pc.transaction.registry import RegistryFormat
 from airflow_provider_kafka2pc.transaction.routing import routing
-from airflow_provider_kafka2pc.transaction.settings import is_secret
+
+from ..connection.registry import RegistryFormat
+from ..connection.settings import is_secret
 
 log = logging.getLogger("kafka2pc.spark.app")
 

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.client import ControlType, TransactionProtocol
 from .committable import Committable
 from .log import LogReader
-from .protocol import ControlType, TransactionProtocol
 
 OPEN = "OPEN"
 COMMITTED = "COMMITTED"

@@ -24,11 +24,8 @@ from ..errors import (
     ProtocolError,
     TransactionInDoubtError,
 )
-from .committable import TRANSACTION_VERSION_KIP890, Committable
-from .failover import Failover, RetryPolicy
-from .log import LogReader, MarkerView, marker_views
-from .naming import validate_transactional_id
-from .protocol import (
+from ..naming import validate_transactional_id
+from ..protocol.client import (
     COORDINATOR_MOVED,
     ApiKey,
     ControlType,
@@ -36,6 +33,9 @@ from .protocol import (
     TransactionProtocol,
     error_name,
 )
+from ..protocol.failover import Failover, RetryPolicy
+from .committable import TRANSACTION_VERSION_KIP890, Committable
+from .log import LogReader, MarkerView, marker_views
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BrokerMovedError, ProtocolError
-from .committable import Committable, PartitionRange
-from .failover import Failover
-from .protocol import (
+from ..protocol.client import (
     LEADER_MOVED,
     ControlType,
     ErrorCode,
@@ -24,6 +22,8 @@ from .protocol import (
     TransactionProtocol,
     error_name,
 )
+from ..protocol.failover import Failover
+from .committable import Committable, PartitionRange
 
 #: How long a fetch may wait for data. Apache Kafka answers at once when data is there,
 #: so this costs only a fetch at the very end of the log; not 0, because some

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import defaults
+from ..connection.acls import authorization_error
 from ..errors import AuthorizationError, Kafka2pcError, PermanentError, ProtocolError
-from .acls import authorization_error
+from ..protocol.client import RecordBatch
 from .committable import Committable, PartitionRange
 from .log import LogReader
-from .protocol import RecordBatch
 from .writer import CHUNK_RECORDS, RecordChunk, TransactionalWriter
 
 log = logging.getLogger(__name__)

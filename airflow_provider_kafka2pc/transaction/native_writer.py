@@ -22,6 +22,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .. import defaults
 from ..errors import ConfigurationError, ConnectionLostError, ProtocolError, WriteError
+from ..naming import validate_transactional_id
+from ..protocol.client import (
+    ApiKey,
+    ControlType,
+    ErrorCode,
+    NativeTransactionProtocol,
+    Row,
+    error_name,
+)
+from ..protocol.described import CoordinatorTxnState, DescribedTransaction
 from .committable import (
     TRANSACTION_VERSION_CLASSIC,
     TWO_PHASE_TIMEOUT_MS,
@@ -29,9 +39,6 @@ from .committable import (
     PartitionRange,
 )
 from .controller import CLASSIC_END_TXN_MAX_VERSION
-from .described import CoordinatorTxnState, DescribedTransaction
-from .naming import validate_transactional_id
-from .protocol import ApiKey, ControlType, ErrorCode, NativeTransactionProtocol, Row, error_name
 from .two_phase import refusal_message, request_two_phase
 
 log = logging.getLogger(__name__)

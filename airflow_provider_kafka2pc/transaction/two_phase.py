@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from .. import defaults
 from ..errors import ConfigurationError, ConnectionLostError, ProtocolError
-from .naming import validate_transactional_id
-from .protocol import (
+from ..naming import validate_transactional_id
+from ..protocol.client import (
     INIT_PRODUCER_ID_2PC_VERSION,
     ApiKey,
     ErrorCode,

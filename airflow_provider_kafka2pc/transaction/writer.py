@@ -20,6 +20,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .. import defaults
+from ..connection.acls import authorization_error
+from ..connection.settings import bootstrap_servers, redact_strictly, scrub
 from ..errors import (
     BrokerUnreachableError,
     ConfigurationError,
@@ -27,10 +29,8 @@ from ..errors import (
     ProtocolError,
     WriteError,
 )
-from .acls import authorization_error
+from ..naming import validate_transactional_id
 from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
-from .naming import validate_transactional_id
-from .settings import bootstrap_servers, redact_strictly, scrub
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import ErrorCode, KafkaProtocol
 from devtools.broker import KafkaCluster
 
 

@@ -11,18 +11,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from airflow_provider_kafka2pc.errors import ProtocolError
-from airflow_provider_kafka2pc.transaction.committable import Committable
-from airflow_provider_kafka2pc.transaction.described import (
-    CoordinatorTxnState,
-    DescribedTransaction,
-)
-from airflow_provider_kafka2pc.transaction.protocol import (
+from airflow_provider_kafka2pc.protocol.client import (
     ApiKey,
     ControlType,
     ErrorCode,
     FetchAnswer,
     RecordBatch,
 )
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, DescribedTransaction
+from airflow_provider_kafka2pc.transaction.committable import Committable
 
 COORDINATOR = 7
 

@@ -40,6 +40,9 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from .. import defaults
+from ..connection.acls import authorization_error
+from ..connection.settings import bootstrap_servers, to_kafka_python
+from ..connection.tls import check_tls
 from ..errors import (
     AuthorizationError,
     BrokerMovedError,
@@ -49,12 +52,9 @@ from ..errors import (
     ProtocolError,
     UnsupportedError,
 )
-from .acls import authorization_error
+from ..naming import java_prefix_pattern
 from .described import CoordinatorTxnState, DescribedTransaction, ListedTransaction
 from .failover import Failover
-from .naming import java_prefix_pattern
-from .settings import bootstrap_servers, to_kafka_python
-from .tls import check_tls
 
 log = logging.getLogger(__name__)
 
