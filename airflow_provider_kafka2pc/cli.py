@@ -20,7 +20,8 @@ from .connection.acls import authorization_error
 from .connection.settings import is_secret
 from .connection.tls import check_tls
 from .errors import CommittableError, ConfigurationError, Kafka2pcError
-from .protocol.client import ControlType, KafkaProtocol
+from .protocol.client import KafkaProtocol
+from .protocol.records import ControlType
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
 from .transaction.manifest import Manifest

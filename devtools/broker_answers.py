@@ -26,15 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kafka2pc.errors import ConnectionLostError, Kafka2pcError, ProtocolError
-from airflow_provider_kafka2pc.protocol.client import (
-    KIP890_PRODUCE_VERSION,
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    KafkaProtocol,
-    error_name,
-)
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode, error_name
 from airflow_provider_kafka2pc.protocol.described import DescribedTransaction
+from airflow_provider_kafka2pc.protocol.records import ControlType
+from airflow_provider_kafka2pc.protocol.versions import KIP890_PRODUCE_VERSION, ApiKey
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
     TRANSACTION_VERSION_KIP890,

@@ -11,14 +11,11 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from airflow_provider_kafka2pc.errors import ConnectionLostError
-from airflow_provider_kafka2pc.protocol.client import (
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    FetchAnswer,
-    InitProducerIdAnswer,
-    RecordBatch,
-)
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.fetch import FetchAnswer
+from airflow_provider_kafka2pc.protocol.producer import InitProducerIdAnswer
+from airflow_provider_kafka2pc.protocol.records import ControlType, RecordBatch
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
     Committable,

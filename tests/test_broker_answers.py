@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kafka2pc.protocol.client import ErrorCode
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from airflow_provider_kafka2pc.transaction.controller import END_TXN_ACTIONS, EndTxnAction
 from devtools.broker_answers import (
     CLASSIC_HEADING,

@@ -7,7 +7,8 @@ COMMITTED, not ALREADY_COMMITTED (seen on Kafka 4.4 in the transaction-core benc
 
 from __future__ import annotations
 
-from airflow_provider_kafka2pc.protocol.client import ControlType, ErrorCode
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.controller import (
     Outcome,
     RetryPolicy,

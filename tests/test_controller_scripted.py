@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_kafka2pc.errors import ProtocolError, TransactionInDoubtError
-from airflow_provider_kafka2pc.protocol.client import ControlType, ErrorCode
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import TRANSACTION_VERSION_KIP890
 from airflow_provider_kafka2pc.transaction.controller import (

@@ -29,16 +29,12 @@ from airflow_provider_kafka2pc.errors import (
     UnsupportedError,
     WriteError,
 )
-from airflow_provider_kafka2pc.protocol.client import (
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    InitProducerIdAnswer,
-    KafkaProtocol,
-    ProduceAnswer,
-    RecordBatch,
-)
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, DescribedTransaction
+from airflow_provider_kafka2pc.protocol.producer import InitProducerIdAnswer, ProduceAnswer
+from airflow_provider_kafka2pc.protocol.records import ControlType, RecordBatch
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,

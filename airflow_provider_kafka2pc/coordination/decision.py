@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from ..errors import AuthorizationError
 from ..ledger import Batch, BatchState, Participant, ParticipantState, Verdict
 from ..ledger.store import earliest_deadline_ms
-from ..protocol.client import ApiKey, KafkaProtocol
+from ..protocol.client import KafkaProtocol
 from ..protocol.described import CoordinatorTxnState
+from ..protocol.versions import ApiKey
 from ..transaction.committable import Committable
 from ..transaction.log import LogReader, marker_views
 

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.client import ControlType, TransactionProtocol
+from ..protocol.records import ControlType
+from ..protocol.seam import TransactionProtocol
 from .committable import Committable
 from .log import LogReader
 

@@ -25,15 +25,11 @@ from ..errors import (
     TransactionInDoubtError,
 )
 from ..naming import validate_transactional_id
-from ..protocol.client import (
-    COORDINATOR_MOVED,
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    TransactionProtocol,
-    error_name,
-)
+from ..protocol.codes import COORDINATOR_MOVED, ErrorCode, error_name
 from ..protocol.failover import Failover, RetryPolicy
+from ..protocol.records import ControlType
+from ..protocol.seam import TransactionProtocol
+from ..protocol.versions import ApiKey
 from .committable import TRANSACTION_VERSION_KIP890, Committable
 from .log import LogReader, MarkerView, marker_views
 

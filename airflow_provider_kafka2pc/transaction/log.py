@@ -13,16 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BrokerMovedError, ProtocolError
-from ..protocol.client import (
-    LEADER_MOVED,
-    ControlType,
-    ErrorCode,
-    FetchAnswer,
-    RecordBatch,
-    TransactionProtocol,
-    error_name,
-)
+from ..protocol.codes import LEADER_MOVED, ErrorCode, error_name
 from ..protocol.failover import Failover
+from ..protocol.fetch import FetchAnswer
+from ..protocol.records import ControlType, RecordBatch
+from ..protocol.seam import TransactionProtocol
 from .committable import Committable, PartitionRange
 
 #: How long a fetch may wait for data. Apache Kafka answers at once when data is there,

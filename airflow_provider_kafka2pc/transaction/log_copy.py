@@ -27,7 +27,7 @@ from typing import Any
 from .. import defaults
 from ..connection.acls import authorization_error
 from ..errors import AuthorizationError, Kafka2pcError, PermanentError, ProtocolError
-from ..protocol.client import RecordBatch
+from ..protocol.records import RecordBatch
 from .committable import Committable, PartitionRange
 from .log import LogReader
 from .writer import CHUNK_RECORDS, RecordChunk, TransactionalWriter

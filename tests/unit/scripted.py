@@ -11,14 +11,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from airflow_provider_kafka2pc.errors import ProtocolError
-from airflow_provider_kafka2pc.protocol.client import (
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    FetchAnswer,
-    RecordBatch,
-)
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, DescribedTransaction
+from airflow_provider_kafka2pc.protocol.fetch import FetchAnswer
+from airflow_provider_kafka2pc.protocol.records import ControlType, RecordBatch
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.committable import Committable
 
 COORDINATOR = 7

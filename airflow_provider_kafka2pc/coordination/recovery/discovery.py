@@ -17,8 +17,9 @@ from typing import Any
 from ... import defaults, naming
 from ...errors import AuthorizationError, UnsupportedError
 from ...ledger import Ledger
-from ...protocol.client import ApiKey, KafkaProtocol
+from ...protocol.client import KafkaProtocol
 from ...protocol.described import OPEN_STATES, CoordinatorTxnState, DescribedTransaction
+from ...protocol.versions import ApiKey
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kafka2pc.protocol.client import ControlType, ErrorCode
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.controller import (
     END_TXN_ACTIONS,
     EndTxnAction,
