@@ -60,7 +60,8 @@ from harness import (
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.writer import DeliveryReports, TransactionalWriter
+from airflow_provider_kafka2pc.transaction.delivery import DeliveryReports
+from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
 WRITER = "TransactionalWriter.write"
 IDEM_CB = "idempotent + callback"

@@ -5,6 +5,10 @@ request version the writer's client used, then read the partitions' markers. Eve
 EndTxn answer maps to exactly one action in :data:`END_TXN_ACTIONS`; "fenced" and
 "invalid state" never count as committed: the log decides, and so does it for a
 success answer (a broker may answer NONE and do nothing).
+
+A little over 500 lines, on purpose: the outcomes, the EndTxn table and the one class that
+acts on them read together, the table beside the code that follows it; the wire is below
+(:mod:`..protocol`), the log's reading apart (:mod:`.log`).
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ from .. import defaults
 from ..connection.acls import authorization_error
 from ..errors import AuthorizationError, Kafka2pcError, PermanentError, ProtocolError
 from ..protocol.records import RecordBatch
+from .chunks import CHUNK_RECORDS, RecordChunk
 from .committable import Committable, PartitionRange
 from .log import LogReader
-from .writer import CHUNK_RECORDS, RecordChunk, TransactionalWriter
+from .writer import TransactionalWriter
 
 log = logging.getLogger(__name__)
 
