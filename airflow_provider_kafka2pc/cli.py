@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import defaults
+from .connection.acls import authorization_error
+from .connection.settings import is_secret
+from .connection.tls import check_tls
 from .errors import CommittableError, ConfigurationError, Kafka2pcError
-from .transaction.acls import authorization_error
+from .protocol.client import KafkaProtocol
+from .protocol.records import ControlType
 from .transaction.committable import Committable
 from .transaction.controller import Outcome, RetryPolicy, TransactionController
 from .transaction.manifest import Manifest
-from .transaction.protocol import ControlType, KafkaProtocol
-from .transaction.settings import is_secret
-from .transaction.tls import check_tls
 from .transaction.two_phase import REQUESTS, TwoPhaseMode, detect_two_phase
 
 # Imported by the commands that use them, not here: every command pays this module's
@@ -298,7 +299,7 @@ def _cmd_txn_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_acls(args: argparse.Namespace) -> int:
-    from .transaction.acls import apply_acls, export_acls
+    from .connection.acls import apply_acls, export_acls
 
     entries = export_acls(args.principal, args.id_prefix, args.topic)
     applied = False

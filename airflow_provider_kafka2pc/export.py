@@ -25,9 +25,10 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, TaskGroup
 
-from . import defaults
+from . import defaults, naming
 from .errors import ConfigurationError
 from .hooks.kafka2pc import Kafka2pcHook
+from .naming import default_prefix as default_id_prefix
 from .operators.decision import KafkaTransactionDecisionOperator
 from .operators.finish import KafkaTransactionAbortOperator, KafkaTransactionCommitOperator
 from .operators.prepare import SparkKafkaPrepareOperator
@@ -35,8 +36,6 @@ from .sensors.dangling import KafkaDanglingTransactionSensor
 from .spark.job import check_num_partitions, source_arguments
 from .spark.partitionings import AUTO_PARTITIONING
 from .spark.writers import AUTO_WRITER, check_writer
-from .transaction import naming
-from .transaction.naming import default_prefix as default_id_prefix
 from .transaction.routing import routing
 from .utils.assets import topic_alias, topic_asset
 
@@ -140,7 +139,7 @@ def kafka_exactly_once_export(
     :param export_id: the export's identity in the ledger; default ``<dag_id>.<group_id>``.
     :param run_key: what one run exports; default the data interval (templated).
     :param id_prefix: transactional ids are ``<id_prefix>-<slot>``; default derived from
-        the export id (:func:`~airflow_provider_kafka2pc.transaction.naming.default_prefix`).
+        the export id (:func:`~airflow_provider_kafka2pc.naming.default_prefix`).
     :param transaction_timeout_ms: how long the prepared transactions may stay open; None:
         ``[kafka2pc] transaction_timeout_ms`` (900000 unless configured).
     :param commit_margin_s: time the commit needs before the earliest transaction timeout;

@@ -54,9 +54,9 @@ from harness import (
 )
 
 from airflow_provider_kafka2pc.ledger import Ledger, ParticipantState, Verdict
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
 #: Concurrent runs in the second part (the bound the pool must keep: P x this).

@@ -196,11 +196,8 @@ def baseline_writer(
             _Counter,
             result_batch,
         )
-        from airflow_provider_kafka2pc.transaction.writer import (
-            BrokerLinks,
-            DeliveryReports,
-            TransactionalWriter,
-        )
+        from airflow_provider_kafka2pc.transaction.delivery import BrokerLinks, DeliveryReports
+        from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
         context = TaskContext.get()
         counter = _Counter()

@@ -57,10 +57,11 @@ from harness import (
     verify_topic,
 )
 
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.writer import DeliveryReports, TransactionalWriter
+from airflow_provider_kafka2pc.transaction.delivery import DeliveryReports
+from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
 WRITER = "TransactionalWriter.write"
 IDEM_CB = "idempotent + callback"

@@ -92,9 +92,9 @@ from harness.spark import kafka2pc_commit, stage_cpu
 from harness.typed import TypedDataset, from_json
 from harness.values import Decode, ValuesCheck, check_values, choose_stride
 
+from airflow_provider_kafka2pc.connection.registry import wire_header
 from airflow_provider_kafka2pc.spark import AVRO_PACKAGE
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
-from airflow_provider_kafka2pc.transaction.registry import wire_header
 from devtools.broker import fetch_kafka
 from devtools.spark_submit import submit_prepare
 

@@ -34,6 +34,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_provider_kafka2pc import defaults
+from airflow_provider_kafka2pc.naming import default_prefix
 from airflow_provider_kafka2pc.operators.decision import KafkaTransactionDecisionOperator
 from airflow_provider_kafka2pc.operators.external import (
     KafkaPrepareLeaseOperator,
@@ -43,7 +44,6 @@ from airflow_provider_kafka2pc.operators.finish import (
     KafkaTransactionAbortOperator,
     KafkaTransactionCommitOperator,
 )
-from airflow_provider_kafka2pc.transaction.naming import default_prefix
 
 DAG_ID = "orders_export_pyspark"
 EXPORT_ID = f"{DAG_ID}.export"

@@ -26,6 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_kafka2pc.errors import ConnectionLostError, Kafka2pcError, ProtocolError
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode, error_name
+from airflow_provider_kafka2pc.protocol.described import DescribedTransaction
+from airflow_provider_kafka2pc.protocol.records import ControlType
+from airflow_provider_kafka2pc.protocol.versions import KIP890_PRODUCE_VERSION, ApiKey
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
     TRANSACTION_VERSION_KIP890,
@@ -41,16 +46,7 @@ from airflow_provider_kafka2pc.transaction.controller import (
     TransactionController,
     classify_end_txn,
 )
-from airflow_provider_kafka2pc.transaction.described import DescribedTransaction
 from airflow_provider_kafka2pc.transaction.log import LogReader, marker_views
-from airflow_provider_kafka2pc.transaction.protocol import (
-    KIP890_PRODUCE_VERSION,
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    KafkaProtocol,
-    error_name,
-)
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 
 RECORDS_PER_TRANSACTION = 12

@@ -33,8 +33,8 @@ from typing import Any
 
 from airflow_provider_kafka2pc.errors import ProtocolError
 from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.audit import AuditReport, audit_topic
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 
 from .broker import KafkaBroker
 from .visible import Visible, read_committed

@@ -24,8 +24,8 @@ from pathlib import Path
 import confluent_kafka
 import kafka
 
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from devtools.broker import KafkaBroker
 from devtools.broker_answers import (
     CLASSIC_HEADING,

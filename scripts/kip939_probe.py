@@ -30,16 +30,13 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.producer.transaction import InitProducerIdRequest
 
 from airflow_provider_kafka2pc.errors import ConnectionLostError
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode, error_name
+from airflow_provider_kafka2pc.protocol.producer import InitProducerIdAnswer
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.log import LogReader, marker_views
-from airflow_provider_kafka2pc.transaction.protocol import (
-    ApiKey,
-    ErrorCode,
-    InitProducerIdAnswer,
-    KafkaProtocol,
-    error_name,
-)
 from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from devtools.broker_answers import (
     Lab,

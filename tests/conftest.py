@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.audit import AuditReport, audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from devtools.visible import Visible, read_committed
 

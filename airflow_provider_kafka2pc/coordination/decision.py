@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from ..errors import AuthorizationError
 from ..ledger import Batch, BatchState, Participant, ParticipantState, Verdict
 from ..ledger.store import earliest_deadline_ms
+from ..protocol.client import KafkaProtocol
+from ..protocol.described import CoordinatorTxnState
+from ..protocol.versions import ApiKey
 from ..transaction.committable import Committable
-from ..transaction.described import CoordinatorTxnState
 from ..transaction.log import LogReader, marker_views
-from ..transaction.protocol import ApiKey, KafkaProtocol
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ from typing import Any
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
 from .. import compat, defaults
+from ..connection.acls import authorization_error
+from ..connection.settings import redact
 from ..errors import ConfigurationError, ProtocolError
+from ..protocol.client import KafkaProtocol
 from ..spark.job import private_config_file
-from ..transaction.acls import authorization_error
 from ..transaction.controller import RetryPolicy, TransactionController
-from ..transaction.protocol import KafkaProtocol
-from ..transaction.settings import redact
 from ..utils.connections import require_connection
 
 

@@ -9,7 +9,7 @@ fields. Its extra holds further ``SchemaRegistryClient`` settings (``ssl.ca.loca
 ``ssl.certificate.location``, ``ssl.key.location``, ``timeout``, ...).
 
 The settings reach the Spark job in a private file (never its command line), and only
-:func:`~..transaction.registry.redacted` forms are logged.
+:func:`~..connection.registry.redacted` forms are logged.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from airflow.sdk import BaseHook
 
+from ..connection.registry import client_settings, redacted
 from ..errors import ConfigurationError
 from ..spark.job import private_config_file
-from ..transaction.registry import client_settings, redacted
 from ..version_compat import AirflowNotFoundException
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, false, func, insert, or_, select, update
 
+from .. import naming
 from ..errors import ConflictError, PrefixOwnedError
-from ..transaction import naming
 from .database import LOCK_PREFIXES, advisory_lock
 from .schema import leases, now, prefixes
 

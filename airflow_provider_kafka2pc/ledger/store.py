@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from .. import naming
 from ..errors import (
     CommittableError,
     ConfigurationError,
@@ -25,7 +26,6 @@ from ..errors import (
     IllegalTransitionError,
     NotFoundError,
 )
-from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import PARTITIONINGS
 from . import database, pool

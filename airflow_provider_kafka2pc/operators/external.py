@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from .. import defaults
+from .. import defaults, naming
 from ..coordination.finish import Coordinator
 from ..errors import CommittableError, ConfigurationError, Kafka2pcError, LedgerError
 from ..hooks.kafka2pc import Kafka2pcHook
@@ -27,7 +27,6 @@ from ..hooks.ledger import LedgerHook
 from ..ledger import BatchState
 from ..spark.external import JobParameters
 from ..spark.job import check_num_partitions, committables_for, local_path, summary
-from ..transaction import naming
 from ..transaction.manifest import Manifest
 from ..utils import config
 from ..utils.task_errors import failing_permanent_errors

@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, Context
 
-from .. import compat, defaults
+from .. import compat, defaults, naming
+from ..connection.registry import RegistryFormat
 from ..coordination.finish import Coordinator
 from ..errors import (
     CommittableError,
@@ -54,10 +55,8 @@ from ..spark.job import (
 )
 from ..spark.partitionings import AUTO_PARTITIONING, check_partitioning
 from ..spark.writers import AUTO_WRITER, check_writer
-from ..transaction import naming
 from ..transaction.committable import Committable
 from ..transaction.manifest import HASH, SOURCE, Manifest
-from ..transaction.registry import RegistryFormat
 from ..transaction.routing import Routing, routing
 from ..utils import config
 from ..utils.connections import require_connection
@@ -126,7 +125,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         (:class:`~..hooks.registry.SchemaRegistryHook`); needed with ``value_format`` or
         ``key_format``.
     :param value_format: values as Avro in the registry's wire format: a dict of
-        :class:`~..transaction.registry.RegistryFormat` options (``{}``: the schema derived
+        :class:`~..connection.registry.RegistryFormat` options (``{}``: the schema derived
         from the columns, subject ``<topic>-value``). (templated)
     :param key_format: keys as registry Avro, likewise (subject ``<topic>-key``). (templated)
     :param tombstone_when: a SQL condition over the source's columns; where true the record

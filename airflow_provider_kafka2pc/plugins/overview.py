@@ -18,13 +18,13 @@ from pathlib import Path
 from sqlalchemy.engine import URL
 
 from .. import defaults
+from ..connection.settings import scrub
 from ..coordination.recovery import RecoveryReport, export_prefixes, recover
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
 from ..ledger import Batch, Lease, Ledger, Participant
 from ..ledger.store import earliest_deadline_ms
-from ..transaction.protocol import KafkaProtocol
-from ..transaction.settings import scrub
+from ..protocol.client import KafkaProtocol
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,14 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_kafka2pc import defaults
+from airflow_provider_kafka2pc.connection.registry import RegistryFormat
+from airflow_provider_kafka2pc.connection.settings import is_secret
 from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
 from airflow_provider_kafka2pc.spark.partitionings import AUTO_PARTITIONING
 from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.spark.writers import AUTO_WRITER, WRITERS
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, SOURCE, Manifest
-from airflow_provider_kafka2pc.transaction.registry import RegistryFormat
 from airflow_provider_kafka2pc.transaction.routing import routing
-from airflow_provider_kafka2pc.transaction.settings import is_secret
 
 log = logging.getLogger("kafka2pc.spark.app")
 

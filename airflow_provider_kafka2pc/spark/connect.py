@@ -33,9 +33,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from ..connection.settings import is_secret
 from ..errors import ConfigurationError, Kafka2pcError
 from ..transaction.manifest import Manifest
-from ..transaction.settings import is_secret
 
 #: PySpark's process-wide switch to Spark Connect (read by ``pyspark.sql.utils.is_remote``).
 CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"

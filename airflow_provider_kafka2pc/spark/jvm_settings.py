@@ -1,6 +1,6 @@
 """librdkafka-style settings as Kafka's Java producer spells them, for the JVM writer.
 
-Users configure Kafka once, the way confluent-kafka spells it (``transaction.settings``);
+Users configure Kafka once, the way confluent-kafka spells it (``connection.settings``);
 the JVM writer runs Kafka's own Java producer, whose names differ. The translation is
 checked on the driver before any transaction opens: a setting it cannot map is refused by
 name (never by value: a misspelt secret key must not show its secret).
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import defaults
+from ..connection.settings import bootstrap_servers
 from ..errors import ConfigurationError
-from ..transaction.settings import bootstrap_servers
 
 #: Where the executor finds the client certificate and key files (see the module text).
 CERTIFICATE_FILE = "kafka2pc.ssl.certificate.location"

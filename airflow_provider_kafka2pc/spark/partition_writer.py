@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import WriteError
-from ..transaction.writer import RecordChunk, TransactionalWriter
+from ..transaction.chunks import RecordChunk
+from ..transaction.writer import TransactionalWriter
 from .connect import executor_settings
 
 if TYPE_CHECKING:

@@ -45,14 +45,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from .. import defaults
+from ..connection.acls import authorization_error
+from ..connection.tls import check_tls
 from ..errors import ConfigurationError, PrepareError, ProtocolError, SourceChangedError
-from ..transaction.acls import authorization_error
+from ..naming import validate_transactional_id
+from ..protocol.client import KafkaProtocol
 from ..transaction.committable import Committable
 from ..transaction.manifest import ALIGNED, HASH, PARTITIONINGS, SOURCE, Manifest
-from ..transaction.naming import validate_transactional_id
-from ..transaction.protocol import KafkaProtocol
 from ..transaction.routing import Routing, routing
-from ..transaction.tls import check_tls
 from .alignment import Alignment, register_key_hash, why_not_aligned
 from .connect import is_connect, ship_settings
 from .jvm_writer import (

@@ -1,7 +1,7 @@
 """What an export puts on the wire beyond bytes: registry Avro, tombstones, record timestamps.
 
 Everything here is decided on the driver before any transaction opens and evaluated by
-Spark in the JVM: the registry is asked once per export (:mod:`..transaction.registry`), a
+Spark in the JVM: the registry is asked once per export (:mod:`..connection.registry`), a
 tombstone is a null value column, a record timestamp a long column
 (:data:`~.partition_writer.TIMESTAMP`) the writers pass to ``produce(timestamp=...)``.
 A bad option fails here, with nothing written.
@@ -17,14 +17,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..errors import ConfigurationError
-from ..transaction.registry import (
+from ..connection.registry import (
     RegisteredSchema,
     RegistryFormat,
     SchemaType,
     resolve,
     subject_name,
 )
+from ..errors import ConfigurationError
 from . import avro, json_schema
 
 #: Starts the error a bad record timestamp raises in the shuffle's map stage.

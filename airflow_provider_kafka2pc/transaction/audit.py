@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.records import ControlType
+from ..protocol.seam import TransactionProtocol
 from .committable import Committable
 from .log import LogReader
-from .protocol import ControlType, TransactionProtocol
 
 OPEN = "OPEN"
 COMMITTED = "COMMITTED"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommittableError, ConfigurationError
-from .naming import validate_transactional_id
+from ..naming import validate_transactional_id
 
 SCHEMA_VERSION = 1
 NO_PRODUCER_ID = -1

@@ -5,6 +5,10 @@ request version the writer's client used, then read the partitions' markers. Eve
 EndTxn answer maps to exactly one action in :data:`END_TXN_ACTIONS`; "fenced" and
 "invalid state" never count as committed: the log decides, and so does it for a
 success answer (a broker may answer NONE and do nothing).
+
+A little over 500 lines, on purpose: the outcomes, the EndTxn table and the one class that
+acts on them read together, the table beside the code that follows it; the wire is below
+(:mod:`..protocol`), the log's reading apart (:mod:`.log`).
 """
 
 from __future__ import annotations
@@ -24,18 +28,14 @@ from ..errors import (
     ProtocolError,
     TransactionInDoubtError,
 )
+from ..naming import validate_transactional_id
+from ..protocol.codes import COORDINATOR_MOVED, ErrorCode, error_name
+from ..protocol.failover import Failover, RetryPolicy
+from ..protocol.records import ControlType
+from ..protocol.seam import TransactionProtocol
+from ..protocol.versions import ApiKey
 from .committable import TRANSACTION_VERSION_KIP890, Committable
-from .failover import Failover, RetryPolicy
 from .log import LogReader, MarkerView, marker_views
-from .naming import validate_transactional_id
-from .protocol import (
-    COORDINATOR_MOVED,
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    TransactionProtocol,
-    error_name,
-)
 
 log = logging.getLogger(__name__)
 

@@ -13,17 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BrokerMovedError, ProtocolError
+from ..protocol.codes import LEADER_MOVED, ErrorCode, error_name
+from ..protocol.failover import Failover
+from ..protocol.fetch import FetchAnswer
+from ..protocol.records import ControlType, RecordBatch
+from ..protocol.seam import TransactionProtocol
 from .committable import Committable, PartitionRange
-from .failover import Failover
-from .protocol import (
-    LEADER_MOVED,
-    ControlType,
-    ErrorCode,
-    FetchAnswer,
-    RecordBatch,
-    TransactionProtocol,
-    error_name,
-)
 
 #: How long a fetch may wait for data. Apache Kafka answers at once when data is there,
 #: so this costs only a fetch at the very end of the log; not 0, because some

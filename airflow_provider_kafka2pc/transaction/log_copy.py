@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import defaults
+from ..connection.acls import authorization_error
 from ..errors import AuthorizationError, Kafka2pcError, PermanentError, ProtocolError
-from .acls import authorization_error
+from ..protocol.records import RecordBatch
+from .chunks import CHUNK_RECORDS, RecordChunk
 from .committable import Committable, PartitionRange
 from .log import LogReader
-from .protocol import RecordBatch
-from .writer import CHUNK_RECORDS, RecordChunk, TransactionalWriter
+from .writer import TransactionalWriter
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .. import defaults
 from ..errors import ConfigurationError, ConnectionLostError, ProtocolError, WriteError
+from ..naming import validate_transactional_id
+from ..protocol.codes import COORDINATOR_MOVED, ErrorCode, error_name
+from ..protocol.described import CoordinatorTxnState, DescribedTransaction
+from ..protocol.records import ControlType, Row
+from ..protocol.seam import NativeTransactionProtocol
+from ..protocol.versions import ApiKey
 from .committable import (
     TRANSACTION_VERSION_CLASSIC,
     TWO_PHASE_TIMEOUT_MS,
@@ -29,9 +35,6 @@ from .committable import (
     PartitionRange,
 )
 from .controller import CLASSIC_END_TXN_MAX_VERSION
-from .described import CoordinatorTxnState, DescribedTransaction
-from .naming import validate_transactional_id
-from .protocol import ApiKey, ControlType, ErrorCode, NativeTransactionProtocol, Row, error_name
 from .two_phase import refusal_message, request_two_phase
 
 log = logging.getLogger(__name__)
@@ -43,13 +46,6 @@ BATCH_BYTES = 256 * 1024
 RECORD_OVERHEAD = 24
 #: The coordinator's state of a transaction with records and no end yet.
 ONGOING = CoordinatorTxnState.ONGOING
-_COORDINATOR_MOVED = frozenset(
-    {
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-    }
-)
 
 # -- partitioning as Java's producer does ---------------------------------------
 
@@ -260,10 +256,10 @@ class NativeWriter:
             if code == ErrorCode.NONE:
                 log.warning("%s: 2PC transaction aborted after a failure", self.transactional_id)
                 return "transaction aborted"
-            retriable = code in _COORDINATOR_MOVED or code == ErrorCode.CONCURRENT_TRANSACTIONS
+            retriable = code in COORDINATOR_MOVED or code == ErrorCode.CONCURRENT_TRANSACTIONS
             if not retriable or self._monotonic() >= deadline:
                 break
-            if code in _COORDINATOR_MOVED:
+            if code in COORDINATOR_MOVED:
                 with contextlib.suppress(ConnectionLostError):
                     _, node = self._protocol.find_transaction_coordinator(self.transactional_id)
             self._sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))

@@ -21,15 +21,11 @@ from dataclasses import dataclass
 
 from .. import defaults
 from ..errors import ConfigurationError, ConnectionLostError, ProtocolError
-from .naming import validate_transactional_id
-from .protocol import (
-    INIT_PRODUCER_ID_2PC_VERSION,
-    ApiKey,
-    ErrorCode,
-    InitProducerIdAnswer,
-    NativeTransactionProtocol,
-    error_name,
-)
+from ..naming import validate_transactional_id
+from ..protocol.codes import ErrorCode, error_name
+from ..protocol.producer import InitProducerIdAnswer
+from ..protocol.seam import NativeTransactionProtocol
+from ..protocol.versions import INIT_PRODUCER_ID_2PC_VERSION, ApiKey
 
 log = logging.getLogger(__name__)
 

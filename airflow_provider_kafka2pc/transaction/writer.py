@@ -5,6 +5,11 @@ transaction later, so the writer only prepares: it flushes, waits for every deli
 report, and returns a :class:`~.committable.Committable` that another process ends
 with EndTxn. The producer is never closed: ``Producer.close()`` aborts the open
 transaction, while dropping the object or exiting the process leaves it open.
+
+Over 500 lines, on purpose: one class, whose steps (open, queue with backpressure, flush,
+verify every delivery, abort) share one write's producer, delivery reports and time
+bounds. What needs no producer is apart: the records and chunks (:mod:`.chunks`) and what
+librdkafka's callbacks report (:mod:`.delivery`).
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .. import defaults
+from ..connection.acls import authorization_error
+from ..connection.settings import bootstrap_servers, redact_strictly, scrub
 from ..errors import (
     BrokerUnreachableError,
     ConfigurationError,
@@ -27,52 +33,13 @@ from ..errors import (
     ProtocolError,
     WriteError,
 )
-from .acls import authorization_error
+from ..naming import validate_transactional_id
+from .chunks import Record, RecordChunk, chunked, routed
 from .committable import TRANSACTION_VERSION_CLASSIC, Committable, PartitionRange
-from .naming import validate_transactional_id
-from .settings import bootstrap_servers, redact_strictly, scrub
+from .delivery import BrokerLinks, ClientErrors, DeliveryReports, TopicDeliveryReports
 
 log = logging.getLogger(__name__)
 
-#: A record as the writer takes it: (key, value), (key, value, headers) or
-#: (key, value, headers, timestamp): the CreateTime in epoch ms, None for the time of
-#: writing. A None value is a tombstone.
-Record = (
-    tuple[bytes | None, bytes | None]
-    | tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
-    | tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None, int | None]
-)
-
-#: Headers of one record: (name, value) pairs, or None for none.
-Headers = list[tuple[str, bytes]] | None
-
-
-@dataclass(frozen=True, slots=True)
-class RecordChunk:
-    """Records handed to the writer together (one Arrow batch), column by column.
-
-    Why columns: the writer then loops over plain lists in one tight loop per chunk, with
-    no per-record tuple, generator step or branch in between (docs/performance.md).
-    ``headers`` is None when no record of the chunk has any.
-    """
-
-    keys: Sequence[bytes | None]
-    values: Sequence[bytes | None]
-    headers: Sequence[Headers] | None = None
-    #: Per record its CreateTime in epoch ms (None: the time of writing); None for none.
-    timestamps: Sequence[int | None] | None = None
-    #: Per record the topic partition it must go to; None: the partitioner decides. A loss
-    #: repair's copy puts each record back into the partition it was written to.
-    partitions: Sequence[int] | None = None
-    #: The topic every record of the chunk goes to; None: the write's only topic.
-    topic: str | None = None
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-
-#: How many records :meth:`TransactionalWriter.write` groups into one chunk.
-CHUNK_RECORDS = 1024
 #: Java clients and Spark's Kafka sink put a key on ``murmur2(key) % partitions``;
 #: librdkafka's own default (consistent_random, CRC32) would put it elsewhere, which
 #: breaks co-partitioned joins and compaction for anyone also producing from Java.
@@ -96,106 +63,6 @@ _RESERVED = (
     "statistics.interval.ms",
     "stats_cb",
 )
-
-
-class DeliveryReports:
-    """Delivery-report bookkeeping: offsets per partition, and the first error.
-
-    The idempotent producer delivers each partition in order, so the first report
-    of a partition carries its first offset. Called once per record: it does as little
-    as it can (no running total; :attr:`count` sums the partitions when asked).
-    """
-
-    __slots__ = ("error", "first", "last", "per_partition")
-
-    def __init__(self) -> None:
-        self.first: dict[int, int] = {}
-        self.last: dict[int, int] = {}
-        self.per_partition: dict[int, int] = {}
-        self.error: KafkaError | None = None
-
-    @property
-    def count(self) -> int:
-        """Records delivered so far, in every partition."""
-        return sum(self.per_partition.values())
-
-    def __call__(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            if self.error is None:
-                self.error = err
-            return
-        partition = msg.partition()
-        offset = msg.offset()
-        self.last[partition] = offset
-        if partition in self.per_partition:
-            self.per_partition[partition] += 1
-        else:
-            self.per_partition[partition] = 1
-            self.first[partition] = offset
-
-
-class TopicDeliveryReports(DeliveryReports):
-    """:class:`DeliveryReports` of a write to several topics: keyed by (topic, partition).
-    A subclass, so a one-topic write's callback keeps its plain int keys."""
-
-    __slots__ = ()
-
-    def __call__(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            if self.error is None:
-                self.error = err
-            return
-        where = (msg.topic(), msg.partition())
-        offset = msg.offset()
-        self.last[where] = offset  # type: ignore[index]
-        if where in self.per_partition:
-            self.per_partition[where] += 1  # type: ignore[index]
-        else:
-            self.per_partition[where] = 1  # type: ignore[index]
-            self.first[where] = offset  # type: ignore[index]
-
-
-class BrokerLinks:
-    """``stats_cb`` side table: each broker's connection state, as librdkafka last saw it.
-
-    What names the brokers that did not answer when a write fails.
-    """
-
-    __slots__ = ("states",)
-
-    def __init__(self) -> None:
-        self.states: dict[str, str] = {}
-
-    def update(self, brokers: Mapping[str, Any]) -> None:
-        self.states = {
-            f"{b.get('nodename', name)} (node {b['nodeid']})": str(b.get("state"))
-            for name, b in brokers.items()
-            if isinstance(b, Mapping) and b.get("nodeid", -1) >= 0
-        }
-
-    def down(self) -> list[str]:
-        """Brokers not connected now: ``host:port (node N): STATE``."""
-        return [f"{name}: {state}" for name, state in sorted(self.states.items()) if state != "UP"]
-
-
-class ClientErrors:
-    """``error_cb``: keeps librdkafka's first authentication error, then calls the user's.
-
-    librdkafka reports a refused login only there; ``list_topics`` itself just times out
-    with ``_TRANSPORT``, which would read as "no broker answered".
-    """
-
-    __slots__ = ("authentication", "chained")
-
-    def __init__(self, chained: Callable[[KafkaError], None] | None = None) -> None:
-        self.authentication: KafkaError | None = None
-        self.chained = chained
-
-    def __call__(self, err: KafkaError) -> None:
-        if err.code() == KafkaError._AUTHENTICATION and self.authentication is None:
-            self.authentication = err
-        if self.chained is not None:
-            self.chained(err)
 
 
 class TransactionalWriter:
@@ -288,7 +155,7 @@ class TransactionalWriter:
         The transaction opens at the first record, so an empty input opens none and
         yields an empty committable. Any failure aborts the transaction and raises.
         """
-        return self.write_chunks(topic, _chunked(records))
+        return self.write_chunks(topic, chunked(records))
 
     def write_chunks(
         self, topic: str | Sequence[str], chunks: Iterable[RecordChunk]
@@ -312,7 +179,7 @@ class TransactionalWriter:
         producer = self._producer(stats, links, deliveries, errors)
         for each in topics:
             self._check_topic(producer, each, errors)
-        chunks = _routed(chunks, topics)
+        chunks = routed(chunks, topics)
         topic = topics[0] if not several else ", ".join(topics)  # what errors name
         iterator = iter(chunks)
         first = next((c for c in iterator if len(c)), None)
@@ -736,37 +603,3 @@ class TransactionalWriter:
             return False
         log.warning("%s: transaction aborted after %s", self.transactional_id, type(cause).__name__)
         return True
-
-
-def _routed(chunks: Iterable[RecordChunk], topics: Sequence[str]) -> Iterator[RecordChunk]:
-    """``chunks``, each checked to go to one of ``topics`` (a chunk without a topic goes to
-    the only one); a chunk naming another topic fails the write (its transaction aborted)."""
-    known = frozenset(topics)
-    for chunk in chunks:
-        if chunk.topic is None:
-            if len(topics) > 1:
-                raise WriteError(f"a chunk names no topic; this write goes to {list(topics)}")
-        elif chunk.topic not in known:
-            raise WriteError(f"a chunk goes to topic {chunk.topic!r}, not among {list(topics)}")
-        yield chunk
-
-
-def _chunked(records: Iterable[Record]) -> Iterator[RecordChunk]:
-    """Records grouped :data:`CHUNK_RECORDS` at a time, the first alone: the writer takes
-    one chunk before it opens the transaction, and that must read no more of the input
-    than one record (a failing input then fails inside the transaction, which is aborted).
-    """
-    iterator = iter(records)
-    size = 1
-    while chunk := list(itertools.islice(iterator, size)):
-        size = CHUNK_RECORDS
-        keys = [r[0] for r in chunk]
-        values = [r[1] for r in chunk]
-        headers = [r[2] if len(r) > 2 else None for r in chunk]  # type: ignore[misc]
-        stamps = [r[3] if len(r) > 3 else None for r in chunk]  # type: ignore[misc]
-        yield RecordChunk(
-            keys,
-            values,
-            headers if any(h is not None for h in headers) else None,
-            stamps if any(len(r) > 3 for r in chunk) else None,
-        )

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from airflow_provider_kafka2pc.errors import ProtocolError
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 
 from .measure import become_subreaper, process_cpu

@@ -21,17 +21,17 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_kafka2pc.connection.acls import apply_acls, export_acls
 from airflow_provider_kafka2pc.coordination.decision import assess
 from airflow_provider_kafka2pc.errors import AuthorizationError, PermanentError
 from airflow_provider_kafka2pc.hooks.export import ExportHook
 from airflow_provider_kafka2pc.hooks.kafka2pc import Kafka2pcHook
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
-from airflow_provider_kafka2pc.transaction.acls import apply_acls, export_acls
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
-from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.airflow import dagtest
 

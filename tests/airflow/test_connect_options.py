@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from airflow_provider_kafka2pc.errors import ConfigurationError
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark.connect import remote_session
 from airflow_provider_kafka2pc.spark.remote import prepare_remote
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.conftest import audit, unique_id, write_jsonl
 from tests.support.connect import ConnectServer, connect_server
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.airflow import dagtest
 from tests.airflow.test_loss_repair import EXPORT_TIMEOUT_MS, CommitRetriedAfterTheTimeout
 from tests.conftest import assert_exactly_once

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once, unique_id
 from tests.support.java_witness import assert_java_witness

@@ -41,9 +41,9 @@ from sqlalchemy.engine import URL, make_url
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.ledger import BatchState, Ledger, ParticipantState, Verdict
 from airflow_provider_kafka2pc.ledger.schema import batches
+from airflow_provider_kafka2pc.naming import default_prefix
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
-from airflow_provider_kafka2pc.transaction.naming import default_prefix
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.broker import DEFAULT_KAFKA_VERSION
 from devtools.broker.node import free_port

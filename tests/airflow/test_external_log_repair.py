@@ -14,7 +14,7 @@ import sys
 
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState
 from airflow_provider_kafka2pc.operators.finish import KafkaTransactionCommitOperator
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from tests.airflow import dagtest
 from tests.airflow.test_external_prepare import ROWS, load_dag
 from tests.conftest import assert_exactly_once

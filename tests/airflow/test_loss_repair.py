@@ -28,9 +28,9 @@ from airflow_provider_kafka2pc.export import export_asset
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.operators.finish import KafkaTransactionCommitOperator
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import TWO_PHASE_TIMEOUT_MS
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once

@@ -13,8 +13,8 @@ import pytest
 
 from airflow_provider_kafka2pc.coordination.decision import assess, not_open
 from airflow_provider_kafka2pc.ledger import Verdict
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import ApiKey
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once
 

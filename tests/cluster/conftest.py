@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaCluster
 from devtools.broker.cluster import (
     TRANSACTION_STATE_TOPIC,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from devtools.broker import KafkaCluster
 
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from devtools.broker.cluster import (
     TRANSACTION_STATE_TOPIC,
     java_string_hash,

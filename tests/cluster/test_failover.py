@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 
 from airflow_provider_kafka2pc import defaults
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import (
     Outcome,
     RetryPolicy,
     TransactionController,
 )
-from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.broker import KafkaCluster
 from tests.conftest import assert_exactly_once, cli
@@ -223,7 +223,7 @@ def test_a_node_just_killed_is_routed_around_by_requests_any_node_answers(
     survivors = ",".join(
         f"127.0.0.1:{kafka_cluster.client_port(n)}" for n in kafka_cluster.node_ids if n != victim
     )
-    caplog.set_level("INFO", logger="airflow_provider_kafka2pc.transaction.protocol")
+    caplog.set_level("INFO", logger="airflow_provider_kafka2pc.protocol.transport")
     kafka_cluster.kill(victim)
     killed = time.monotonic()
     counts: list[int] = []
@@ -250,7 +250,7 @@ def test_a_paused_node_costs_one_attempt_bound_not_a_request_timeout(
     """A node SIGSTOPped keeps its connections open and never answers. A request any node
     can answer gives it at most ``ANY_NODE_ATTEMPT_MS`` while other nodes are left, then
     asks another: the answers come within one request timeout (60 s here), not after it."""
-    caplog.set_level("INFO", logger="airflow_provider_kafka2pc.transaction.protocol")
+    caplog.set_level("INFO", logger="airflow_provider_kafka2pc.protocol.transport")
     with KafkaProtocol(cluster_settings, timeout_ms=60_000) as protocol:
         assert len(protocol.partition_leaders(cluster_topic)) == 3
         victim = protocol._client.least_loaded_node()  # the connected node asked next

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.controller import (
     Outcome,
     RetryPolicy,
     TransactionController,
 )
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, unique_id
 from tests.support.java_witness import assert_java_witness

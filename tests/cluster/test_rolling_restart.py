@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from airflow_provider_kafka2pc.transaction import naming
+from airflow_provider_kafka2pc import naming
 from devtools.broker import KafkaCluster
 from tests.support.java_witness import assert_java_witness
 from tests.support.postgres import postgres_url

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 
 from airflow_provider_kafka2pc.errors import WriteError
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.controller import (
     Outcome,
     RetryPolicy,
     TransactionController,
 )
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.broker import KafkaCluster
 from tests.conftest import assert_exactly_once

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker import KafkaBroker
 from tests.conftest import TEST_BROKER_CONFIG, audit, unique_id
 from tests.faults.conftest import ROWS, assert_exported_once

@@ -32,17 +32,17 @@ from kafka.admin import (
 )
 
 from airflow_provider_kafka2pc.cli import main as cli_main
-from airflow_provider_kafka2pc.transaction.acls import (
+from airflow_provider_kafka2pc.connection.acls import (
     AclEntry,
     authorization_failure,
     export_acls,
     kafka_python_acl,
 )
+from airflow_provider_kafka2pc.connection.settings import to_kafka_python
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
-from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.settings import to_kafka_python
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, audit, cli, unique_id, write_jsonl
 

@@ -11,16 +11,16 @@ import time
 
 import pytest
 
+from airflow_provider_kafka2pc.connection.settings import redact, to_kafka_python
 from airflow_provider_kafka2pc.errors import (
     BrokerUnreachableError,
     CommittableError,
     ConfigurationError,
     WriteError,
 )
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.settings import redact, to_kafka_python
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, cli, cli_prepare, unique_id, write_jsonl
 from tests.support.scripted import ScriptedBroker

@@ -14,7 +14,7 @@ from airflow_provider_kafka2pc.errors import (
     ConfigurationError,
     Kafka2pcError,
 )
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker import (
     DEFAULT_KAFKA_VERSION,
     KafkaBroker,

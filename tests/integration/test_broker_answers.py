@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from airflow_provider_kafka2pc.transaction.controller import END_TXN_ACTIONS, EndTxnAction
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode
 from devtools.broker_answers import (
     CLASSIC_HEADING,
     COL_ACTION,

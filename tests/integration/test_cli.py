@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_kafka2pc.transaction.protocol import ApiKey
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import cli, unique_id
 

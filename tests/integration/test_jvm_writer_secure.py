@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_kafka2pc.errors import PrepareError
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from tests.conftest import assert_exactly_once, audit, unique_id
 from tests.support.secure import TLS_PRINCIPAL
 from tests.support.spark import local_session

@@ -14,7 +14,8 @@ import uuid
 import pytest
 
 from airflow_provider_kafka2pc.errors import ConnectionLostError, UnsupportedError
-from airflow_provider_kafka2pc.transaction.protocol import ErrorCode, KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from devtools.broker_answers import coordinator_of
 from tests.conftest import REAL_KAFKA_ENV, TEST_BROKER_CONFIG

@@ -22,11 +22,11 @@ from confluent_kafka.admin import AdminClient
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.errors import RepairImpossibleError
 from airflow_provider_kafka2pc.ledger import BatchState, Ledger, ParticipantState, Verdict
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.log import LogReader
 from airflow_provider_kafka2pc.transaction.log_copy import LogCopy, NotInLogError
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, unique_id
 

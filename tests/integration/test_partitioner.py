@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 import pytest
 from pyspark.sql import SparkSession
 
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.log import LogReader
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import DEFAULT_PARTITIONER, TransactionalWriter
 from devtools.broker import DEFAULT_KAFKA_VERSION, fetch_kafka
 from devtools.broker.distribution import java_binary

@@ -19,13 +19,10 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import Producer
 
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, DescribedTransaction
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.described import (
-    CoordinatorTxnState,
-    DescribedTransaction,
-)
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.visible import read_committed
 from tests.conftest import assert_exactly_once, audit, cli, cli_prepare, unique_id, write_jsonl

@@ -20,8 +20,8 @@ import pytest
 from airflow_provider_kafka2pc.coordination.recovery import recover
 from airflow_provider_kafka2pc.errors import UnsupportedError
 from airflow_provider_kafka2pc.ledger import BatchState, Ledger, Verdict
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.controller import RetryPolicy, TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.visible import read_committed
 from tests.conftest import assert_exactly_once, cli

@@ -32,12 +32,12 @@ from airflow_provider_kafka2pc.errors import (
     ConfigurationError,
     Kafka2pcError,
 )
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark.app import kafka_config, parse_args
 from airflow_provider_kafka2pc.spark.job import private_config_file
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from devtools.broker import KafkaBroker
 from devtools.broker.node import free_port

@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.spark.alignment import (
     KEY_HASH_FUNCTION,
@@ -43,7 +44,6 @@ from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.prepare import _check_topic as check_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED, Manifest
 from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
 from devtools.broker import DEFAULT_KAFKA_VERSION

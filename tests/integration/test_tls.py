@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_kafka2pc.connection.tls import check_tls, tls_problem
 from airflow_provider_kafka2pc.errors import TlsError
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark.prepare import _check_topic
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
-from airflow_provider_kafka2pc.transaction.tls import check_tls, tls_problem
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, cli, unique_id, write_jsonl
 from tests.support.secure import TLS_PRINCIPAL

@@ -29,6 +29,12 @@ from airflow_provider_kafka2pc.errors import (
     UnsupportedError,
     WriteError,
 )
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, DescribedTransaction
+from airflow_provider_kafka2pc.protocol.producer import InitProducerIdAnswer, ProduceAnswer
+from airflow_provider_kafka2pc.protocol.records import ControlType, RecordBatch
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
@@ -40,24 +46,11 @@ from airflow_provider_kafka2pc.transaction.controller import (
     RetryPolicy,
     TransactionController,
 )
-from airflow_provider_kafka2pc.transaction.described import (
-    CoordinatorTxnState,
-    DescribedTransaction,
-)
 from airflow_provider_kafka2pc.transaction.log import LogReader, marker_views
 from airflow_provider_kafka2pc.transaction.native_writer import (
     NativeWriter,
     murmur2,
     partition_for_key,
-)
-from airflow_provider_kafka2pc.transaction.protocol import (
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    InitProducerIdAnswer,
-    KafkaProtocol,
-    ProduceAnswer,
-    RecordBatch,
 )
 from airflow_provider_kafka2pc.transaction.two_phase import TwoPhaseMode, detect_two_phase
 from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker

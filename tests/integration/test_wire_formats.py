@@ -29,6 +29,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from airflow_provider_kafka2pc.connection.registry import RegistryFormat, wire_header
 from airflow_provider_kafka2pc.errors import (
     ConfigurationError,
     SchemaRefusedError,
@@ -39,7 +40,6 @@ from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
-from airflow_provider_kafka2pc.transaction.registry import RegistryFormat, wire_header
 from tests.conftest import assert_exactly_once, unique_id
 from tests.support.registry import HOME, running_registry
 from tests.support.spark import PYTHON_ENV, QUIET_CONF
@@ -463,7 +463,7 @@ def test_refusals_come_before_any_transaction_opens(
 
 def test_the_registry_credentials_never_show(registry):
     """Refusals quote the registry's address only: no password from the settings."""
-    from airflow_provider_kafka2pc.transaction.registry import redacted, resolve
+    from airflow_provider_kafka2pc.connection.registry import redacted, resolve
 
     settings = {"url": f"http://user:s3cr3t@127.0.0.1:{_closed_port()}"}
     with pytest.raises(SchemaRegistryUnreachableError) as refused:

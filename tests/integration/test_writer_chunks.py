@@ -11,8 +11,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_provider_kafka2pc.errors import WriteError
+from airflow_provider_kafka2pc.transaction.chunks import RecordChunk
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.writer import RecordChunk, TransactionalWriter
+from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
 from tests.conftest import assert_exactly_once, unique_id
 
 

@@ -31,10 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_kafka2pc import naming
 from airflow_provider_kafka2pc.ledger import Ledger
-from airflow_provider_kafka2pc.transaction import naming
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
 from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaCluster
 from devtools.broker.node import HOST, free_port
 from devtools.visible import read_committed

@@ -33,9 +33,9 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import URL, make_url
 
+from airflow_provider_kafka2pc import naming
 from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
-from airflow_provider_kafka2pc.transaction import naming
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker.node import free_port
 from tests.conftest import assert_exactly_once
 

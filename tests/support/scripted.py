@@ -15,22 +15,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from airflow_provider_kafka2pc.errors import ConnectionLostError, ProtocolError
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, DescribedTransaction
+from airflow_provider_kafka2pc.protocol.fetch import FetchAnswer
+from airflow_provider_kafka2pc.protocol.producer import InitProducerIdAnswer
+from airflow_provider_kafka2pc.protocol.records import ControlType, RecordBatch
+from airflow_provider_kafka2pc.protocol.versions import ApiKey
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
     Committable,
     PartitionRange,
-)
-from airflow_provider_kafka2pc.transaction.described import (
-    CoordinatorTxnState,
-    DescribedTransaction,
-)
-from airflow_provider_kafka2pc.transaction.protocol import (
-    ApiKey,
-    ControlType,
-    ErrorCode,
-    FetchAnswer,
-    InitProducerIdAnswer,
-    RecordBatch,
 )
 
 COORDINATOR = 7

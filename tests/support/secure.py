@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_kafka2pc.transaction.acls import AclEntry, apply_acls, export_acls
-from airflow_provider_kafka2pc.transaction.protocol import KafkaProtocol
+from airflow_provider_kafka2pc.connection.acls import AclEntry, apply_acls, export_acls
+from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker import KafkaBroker
 
 from .tls import Authority, ClientFiles, broker_tls, client_files, make_ca

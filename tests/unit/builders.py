@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 from airflow_provider_kafka2pc.coordination.recovery.discovery import OpenTransaction
 from airflow_provider_kafka2pc.ledger import Batch, BatchState, Lease, Participant, Verdict
 from airflow_provider_kafka2pc.ledger import ParticipantState as P
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.committable import (
     TRANSACTION_VERSION_CLASSIC,
     TWO_PHASE_TIMEOUT_MS,
     Committable,
     PartitionRange,
 )
-from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ... import defaults
+from ... import defaults, naming
 from ...errors import AuthorizationError, UnsupportedError
 from ...ledger import Ledger
-from ...transaction import naming
-from ...transaction.described import OPEN_STATES, CoordinatorTxnState, DescribedTransaction
-from ...transaction.protocol import ApiKey, KafkaProtocol
+from ...protocol.client import KafkaProtocol
+from ...protocol.described import OPEN_STATES, CoordinatorTxnState, DescribedTransaction
+from ...protocol.versions import ApiKey
 
 log = logging.getLogger(__name__)
 

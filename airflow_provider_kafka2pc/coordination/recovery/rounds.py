@@ -6,7 +6,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from ... import defaults
+from ... import defaults, naming
+from ...connection.acls import authorization_failure
 from ...errors import (
     ConflictError,
     ConnectionLostError,
@@ -17,11 +18,9 @@ from ...errors import (
     VerdictMismatchError,
 )
 from ...ledger import BatchKey, Lease, Ledger, ParticipantState, Verdict
-from ...transaction import naming
-from ...transaction.acls import authorization_failure
+from ...protocol.client import KafkaProtocol
 from ...transaction.controller import Outcome, TransactionController
 from ...transaction.log_copy import LogCopy
-from ...transaction.protocol import KafkaProtocol
 from ..finish import Coordinator, Finished
 from .discovery import OpenTransaction, discover
 from .report import RecoveryReport
@@ -55,7 +54,7 @@ def export_prefixes(ledger: Ledger, export_id: str, id_prefix: str | None) -> li
     """The transactional-id prefixes to search for ``export_id``'s open transactions.
 
     An explicit prefix wins. Otherwise: the prefixes of its in-doubt batches, and the one
-    :func:`~airflow_provider_kafka2pc.transaction.naming.default_prefix` derives from the
+    :func:`~airflow_provider_kafka2pc.naming.default_prefix` derives from the
     export id (what ``kafka_exactly_once_export`` uses unless told otherwise); a prefix the
     ledger never leased an id under is skipped by the round itself.
     """

@@ -18,8 +18,8 @@ import pytest
 from airflow_provider_kafka2pc.coordination.decision import assess, earliest_deadline_ms
 from airflow_provider_kafka2pc.ledger import BatchState, Verdict
 from airflow_provider_kafka2pc.ledger import ParticipantState as P
-from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState as Coord
-from airflow_provider_kafka2pc.transaction.protocol import ControlType
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState as Coord
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from tests.support.scripted import ScriptedBroker
 from tests.unit.builders import (
     EPOCH,

@@ -8,13 +8,13 @@ from __future__ import annotations
 import kafka.errors as kafka_errors
 import pytest
 
-from airflow_provider_kafka2pc.errors import AuthorizationError, ConfigurationError, ProtocolError
-from airflow_provider_kafka2pc.transaction.acls import (
+from airflow_provider_kafka2pc.connection.acls import (
     authorization_error,
     authorization_failure,
     export_acls,
     principal_of,
 )
+from airflow_provider_kafka2pc.errors import AuthorizationError, ConfigurationError, ProtocolError
 
 
 def test_an_export_gets_write_read_describe_on_its_topic_and_write_describe_on_its_ids():

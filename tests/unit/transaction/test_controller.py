@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.controller import (
     END_TXN_ACTIONS,
     EndTxnAction,
     Outcome,
     classify_end_txn,
 )
-from airflow_provider_kafka2pc.transaction.protocol import ControlType, ErrorCode
 from devtools.broker_answers import COL_ANSWER, COL_OUTCOME, COL_V5, read_document
 
 E = ErrorCode

@@ -7,12 +7,13 @@ COMMITTED, not ALREADY_COMMITTED (seen on Kafka 4.4 in the transaction-core benc
 
 from __future__ import annotations
 
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.controller import (
     Outcome,
     RetryPolicy,
     TransactionController,
 )
-from airflow_provider_kafka2pc.transaction.protocol import ControlType, ErrorCode
 from tests.support.scripted import Answer, FakeClock, ScriptedBroker
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_kafka2pc.errors import ProtocolError, TransactionInDoubtError
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.committable import TRANSACTION_VERSION_KIP890
 from airflow_provider_kafka2pc.transaction.controller import (
@@ -19,7 +21,6 @@ from airflow_provider_kafka2pc.transaction.controller import (
     TransactionController,
     classify_end_txn,
 )
-from airflow_provider_kafka2pc.transaction.protocol import ControlType, ErrorCode
 from tests.support.scripted import DROP, Answer, FakeClock, ScriptedBroker
 
 COMMIT, ABORT = ControlType.COMMIT, ControlType.ABORT

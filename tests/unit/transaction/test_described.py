@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from airflow_provider_kafka2pc.transaction.described import OPEN_STATES, CoordinatorTxnState
+from airflow_provider_kafka2pc.protocol.described import OPEN_STATES, CoordinatorTxnState
 
 C = CoordinatorTxnState
 

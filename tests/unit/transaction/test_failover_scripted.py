@@ -18,10 +18,11 @@ from airflow_provider_kafka2pc.errors import (
     RetriableError,
     TransactionInDoubtError,
 )
+from airflow_provider_kafka2pc.protocol.codes import ErrorCode
+from airflow_provider_kafka2pc.protocol.failover import Failover, RetryPolicy
+from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from airflow_provider_kafka2pc.transaction.failover import Failover, RetryPolicy
 from airflow_provider_kafka2pc.transaction.log import LogReader
-from airflow_provider_kafka2pc.transaction.protocol import ControlType, ErrorCode
 from tests.support.scripted import Answer, FakeClock, ScriptedBroker
 
 COMMIT = ControlType.COMMIT

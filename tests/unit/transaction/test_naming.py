@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from airflow_provider_kafka2pc import naming
 from airflow_provider_kafka2pc.errors import ConfigurationError
-from airflow_provider_kafka2pc.transaction import naming
 
 
 @pytest.mark.parametrize(

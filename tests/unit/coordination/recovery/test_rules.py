@@ -36,7 +36,7 @@ from airflow_provider_kafka2pc.coordination.recovery.rules import (
 )
 from airflow_provider_kafka2pc.ledger import BatchState, Participant, Verdict
 from airflow_provider_kafka2pc.ledger import ParticipantState as P
-from airflow_provider_kafka2pc.transaction.described import CoordinatorTxnState
+from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
 from tests.unit.builders import (
     EPOCH,
     EXPORT,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ..errors import ConfigurationError
+from .errors import ConfigurationError
 
 #: Kafka accepts any non-empty string; we narrow it to what survives shells, file names,
 #: SQL and log lines without quoting, and keep it short enough to prefix-filter.

@@ -33,7 +33,7 @@ import kafka.errors as kafka_errors
 
 from .. import defaults
 from ..errors import AuthorizationError, ConfigurationError, Kafka2pcError, ProtocolError
-from .naming import starts, validate_prefix
+from ..naming import starts, validate_prefix
 from .settings import to_kafka_python
 
 #: Kafka's authorization error codes, by name, and the resource each is about.

@@ -1,0 +1,302 @@
+"""The client: one control-plane connection to a Kafka cluster, a thin send per call.
+
+Each call chooses its request version (the highest one both kafka-python and the broker
+offer, capped where correctness demands it: :mod:`.versions`), builds the request with the
+call's pure builder, sends it through the :mod:`.transport`, and hands the answer to the
+call's pure parser. Everything above (controller, audit, CLI) works with plain integers,
+enums and dataclasses, so a scripted stand-in for :class:`KafkaProtocol` can replace the
+broker in tests (:mod:`.seam`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kafka.errors as kafka_errors
+
+from .. import defaults
+from ..connection.settings import bootstrap_servers, to_kafka_python
+from ..connection.tls import check_tls
+from ..errors import UnsupportedError
+from .admin import Admin
+from .described import DescribedTransaction, ListedTransaction
+from .failover import Failover
+from .fetch import FETCH_MAX_BYTES, FetchAnswer, fetch_request, parse_fetch
+from .metadata import (
+    find_coordinator_request,
+    metadata_request,
+    parse_find_coordinator,
+    parse_partition_leaders,
+)
+from .producer import (
+    InitProducerIdAnswer,
+    ProduceAnswer,
+    add_partitions_request,
+    end_txn_request,
+    init_producer_id_request,
+    parse_add_partitions,
+    parse_end_txn,
+    parse_init_producer_id,
+    parse_produce,
+    produce_request,
+)
+from .records import ControlType, Row
+from .transport import Transport
+from .versions import (
+    CLASSIC_PRODUCE_MAX_VERSION,
+    CLIENT_ADD_PARTITIONS_MAX_VERSION,
+    INIT_PRODUCER_ID_2PC_VERSION,
+    KIP890_PRODUCE_VERSION,
+    ApiKey,
+    highest_common,
+)
+
+
+class KafkaProtocol:
+    """A control-plane connection to a Kafka cluster.
+
+    :param config: librdkafka-style settings (``bootstrap.servers``, security, SASL, SSL).
+    :param timeout_ms: bound on connecting and on each request.
+    :param failover: how long and how often the admin calls it makes itself
+        (Describe/ListTransactions) ask again through a failover
+        (:data:`~..defaults.FINISH_DEADLINE_S` by default).
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        timeout_ms: int = defaults.REQUEST_TIMEOUT_MS,
+        failover: Failover | None = None,
+    ) -> None:
+        servers = bootstrap_servers(config)
+        self._timeout_ms = timeout_ms
+        # A TLS problem is named now: kafka-python would retry the handshake until the
+        # timeout and then report no broker at all.
+        check_tls(config, min(timeout_ms / 1000, 10.0))
+        kp_config = to_kafka_python(config)
+        kp_config.setdefault("request_timeout_ms", timeout_ms)
+        # Room for a full fetch answer (kafka-python's default frame limit is 1 MB).
+        kp_config.setdefault("receive_message_max_bytes", 2 * FETCH_MAX_BYTES)
+        kp_config.setdefault("socket_connection_setup_timeout_ms", min(timeout_ms, 10_000))
+        self._transport = Transport(
+            kp_config, servers=servers, user=config.get("sasl.username"), timeout_ms=timeout_ms
+        )
+        self._client = self._transport.client
+        self._admin = Admin(kp_config, dict(config), failover or Failover())
+
+    # -- plumbing -----------------------------------------------------------
+
+    def close(self) -> None:
+        self._admin.close()
+        self._transport.close()
+
+    def __enter__(self) -> KafkaProtocol:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def api_version(self, api: ApiKey, cap: int | None = None) -> int | None:
+        """Highest version both sides offer (at most ``cap``), or None if the broker lacks it."""
+        return highest_common(api, self._transport.offered(api), cap)
+
+    def _require(self, api: ApiKey, cap: int | None = None, minimum: int = 0) -> int:
+        version = self.api_version(api, cap)
+        if version is None or version < minimum:
+            raise UnsupportedError(f"the broker does not offer {api.name} (v{minimum}+)")
+        return version
+
+    # -- coordinator --------------------------------------------------------
+
+    def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, int]:
+        """Return (error code, coordinator node id)."""
+        version = self._require(ApiKey.FIND_COORDINATOR, cap=4, minimum=1)
+        answer = self._transport.send_any(find_coordinator_request(transactional_id, version))
+        return parse_find_coordinator(answer, version)
+
+    def end_txn(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        result: ControlType,
+        version: int,
+    ) -> int:
+        request = end_txn_request(transactional_id, producer_id, epoch, result, version)
+        return parse_end_txn(self._transport.send(node, request))
+
+    def init_producer_id(
+        self,
+        node: int,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+        *,
+        enable_2pc: bool = False,
+        keep_prepared_txn: bool = False,
+        version: int | None = None,
+    ) -> InitProducerIdAnswer:
+        """InitProducerId for ``transactional_id``; without keep_prepared_txn it aborts
+        (fences) whatever the id left open.
+
+        ``enable_2pc`` and ``keep_prepared_txn`` are KIP-939's fields, which need v6; a
+        released broker offers v6 only with ``unstable.api.versions.enable`` (see
+        docs/kip-939.md). ``version`` forces a request version, for probes: a broker
+        drops the connection on a version it does not offer (``ConnectionLostError``).
+        """
+        if version is None:
+            if enable_2pc or keep_prepared_txn:
+                version = self._require(
+                    ApiKey.INIT_PRODUCER_ID, minimum=INIT_PRODUCER_ID_2PC_VERSION
+                )
+            else:
+                # v3+ carries producer id/epoch for KIP-360 recovery; we fence with a
+                # fresh init (-1/-1), which every broker treats as "abort what is open".
+                version = self._require(ApiKey.INIT_PRODUCER_ID, cap=5)
+        request = init_producer_id_request(
+            transactional_id,
+            transaction_timeout_ms,
+            version,
+            enable_2pc=enable_2pc,
+            keep_prepared_txn=keep_prepared_txn,
+        )
+        return parse_init_producer_id(self._transport.send(node, request))
+
+    def offers_kip939(self) -> bool:
+        """True when the broker's ApiVersions offer InitProducerId v6 (KIP-939).
+
+        Whether ``transaction.two.phase.commit.enable`` is also on shows only in the
+        answer to an InitProducerId with ``enable_2pc`` (docs/kip-939.md).
+        """
+        version = self.api_version(ApiKey.INIT_PRODUCER_ID)
+        return version is not None and version >= INIT_PRODUCER_ID_2PC_VERSION
+
+    # -- transactional writes at protocol level -----------------------------
+    # For probes and tests of what a broker answers (KIP-890 and KIP-939 transactions,
+    # which librdkafka cannot write); the data plane itself is librdkafka
+    # (transaction/writer.py).
+
+    def add_partitions_to_txn(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        partitions: Sequence[int],
+    ) -> dict[int, int]:
+        """Add partitions to a classic (TV1) transaction; returns partition -> error code."""
+        version = self._require(ApiKey.ADD_PARTITIONS_TO_TXN, cap=CLIENT_ADD_PARTITIONS_MAX_VERSION)
+        request = add_partitions_request(
+            transactional_id, producer_id, epoch, topic, partitions, version
+        )
+        return parse_add_partitions(self._transport.send(node, request))
+
+    def produce_transactional(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        records: Mapping[int, Sequence[Row]],
+        *,
+        kip890: bool,
+        base_sequence: int | Mapping[int, int] = 0,
+    ) -> dict[int, ProduceAnswer]:
+        """Write one transactional batch per partition to their leader ``node`` (acks=all).
+
+        ``kip890`` sends Produce v12, with which the broker adds each partition to the
+        transaction itself (TV2); otherwise at most v11, after :meth:`add_partitions_to_txn`.
+        Each batch starts at ``base_sequence``, one for all or per partition (0 for the
+        first batch of an epoch, then the count of records the partition got before).
+        A row may carry headers as a third element.
+        """
+        if kip890:
+            version = self._require(
+                ApiKey.PRODUCE, cap=KIP890_PRODUCE_VERSION, minimum=KIP890_PRODUCE_VERSION
+            )
+        else:
+            version = self._require(ApiKey.PRODUCE, cap=CLASSIC_PRODUCE_MAX_VERSION, minimum=3)
+        request = produce_request(
+            transactional_id,
+            producer_id,
+            epoch,
+            topic,
+            records,
+            base_sequence=base_sequence,
+            timestamp_ms=int(time.time() * 1000),
+            timeout_ms=self._timeout_ms,
+            version=version,
+        )
+        return parse_produce(self._transport.send(node, request))
+
+    # -- log ----------------------------------------------------------------
+
+    def partition_leaders(self, topic: str, *, for_write: bool = False) -> dict[int, int]:
+        """Partition -> leader node id; raises ProtocolError for an unknown topic.
+
+        ``for_write``: also TOPIC_AUTHORIZATION_FAILED when this principal may see the topic
+        but not WRITE it (Metadata v8+ reports the operations the principal is allowed):
+        the writer would otherwise learn it only from a failed AddPartitionsToTxn, which
+        librdkafka reports as purged records.
+        """
+        version = self._require(ApiKey.METADATA, cap=8, minimum=4)
+        answer = self._transport.send_any(metadata_request(topic, version))
+        return parse_partition_leaders(answer, topic, for_write=for_write)
+
+    def fetch(
+        self,
+        node: int,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_wait_ms: int,
+        with_keys: bool = False,
+        max_bytes: int = FETCH_MAX_BYTES,
+        with_records: bool = False,
+    ) -> FetchAnswer:
+        """Read raw batches (control batches included) from ``offset``; ``with_records``
+        decodes every data record too (kafka-python's record parser, any codec it has).
+
+        A broker returns at least the batch holding ``offset`` even when it exceeds
+        ``max_bytes``; a small ``max_bytes`` asks for little more than the high watermark.
+        """
+        version = self._require(ApiKey.FETCH, cap=11, minimum=4)
+        request = fetch_request(
+            topic, partition, offset, max_wait_ms=max_wait_ms, max_bytes=max_bytes, version=version
+        )
+        answer = self._transport.send(node, request)
+        return parse_fetch(answer, with_keys=with_keys, with_records=with_records)
+
+    # -- admin (feature-detected) -------------------------------------------
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        self._admin.create_topic(topic, partitions)
+
+    def list_transactions(
+        self, prefix: str | None = None, states: Sequence[str] | None = None
+    ) -> list[ListedTransaction]:
+        """Transactions the coordinators know, optionally those whose id starts with ``prefix``.
+
+        The prefix goes to the broker as an id pattern where ListTransactions v2 (Kafka
+        4.1+, KIP-1152) offers one; older brokers list everything and we filter here.
+        ``filtered_by`` in each row says which.
+        """
+        version = self._require(ApiKey.LIST_TRANSACTIONS)
+        return self._admin.list_transactions(prefix, states, pattern_on_broker=version >= 2)
+
+    def describe_transactions(self, transactional_ids: list[str]) -> list[DescribedTransaction]:
+        self._require(ApiKey.DESCRIBE_TRANSACTIONS)
+        return self._admin.describe_transactions(transactional_ids)
+
+    def describe_transaction(self, transactional_id: str) -> DescribedTransaction | None:
+        """One id as :meth:`describe_transactions` shows it; None when the coordinator
+        does not know it (TRANSACTIONAL_ID_NOT_FOUND)."""
+        try:
+            return self.describe_transactions([transactional_id])[0]
+        except kafka_errors.TransactionalIdNotFoundError:
+            return None
