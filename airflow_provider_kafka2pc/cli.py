@@ -275,9 +275,20 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from .transaction.audit import audit_topic
 
     committables = [c for path in args.committables for c in _load_committables(path)]
-    with _refusals(args, "audit", topics=[args.topic]), _protocol(args) as protocol:
-        report = audit_topic(protocol, args.topic, committables, duplicates=args.duplicates)
-    _emit(report.to_dict())
+    # An export of several topics: each named by its committables' ranges, unless given.
+    named = {r.topic for c in committables for r in c.partitions}
+    topics = list(dict.fromkeys(args.topic or sorted(named)))
+    if not topics:
+        raise ConfigurationError("give --topic, or --committables whose ranges name the topics")
+    with _refusals(args, "audit", topics=topics), _protocol(args) as protocol:
+        reports = [
+            audit_topic(protocol, topic, committables, duplicates=args.duplicates)
+            for topic in topics
+        ]
+    if len(reports) == 1:
+        _emit(reports[0].to_dict())
+    else:
+        _emit({"topics": {r.topic: r.to_dict() for r in reports}})
     return 0
 
 
@@ -570,7 +581,13 @@ def _add_audit(commands: Any) -> None:
         _cmd_audit,
         "count committed/aborted/open records from the log's transaction markers",
     )
-    sub.add_argument("--topic", "-t", required=True)
+    sub.add_argument(
+        "--topic",
+        "-t",
+        action="append",
+        help="a topic to audit (repeatable); default: every topic the committables' ranges "
+        "name (an export of several topics)",
+    )
     sub.add_argument("--committables", nargs="*", default=[], metavar="FILE")
     sub.add_argument("--duplicates", action="store_true", help="report repeated committed keys")
 

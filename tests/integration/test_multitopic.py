@@ -7,6 +7,7 @@ transaction spans the topics its rows go to, so the export commits or aborts as 
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import nullcontext
 
@@ -17,7 +18,7 @@ from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED, HASH, Manifest
-from tests.conftest import assert_exactly_once, audit, unique_id
+from tests.conftest import assert_exactly_once, audit, cli, unique_id
 from tests.support.spark import PYTHON_ENV, QUIET_CONF
 
 from .test_spark_prepare import assert_nothing_written, jvm_fault
@@ -67,10 +68,11 @@ def assert_once_per_topic(protocol, bootstrap, batch: Manifest, expected: dict[s
 
 @WRITERS
 def test_rows_routed_among_topics_commit_exactly_once_per_topic(
-    spark, settings, bootstrap, protocol, make_topic, writer
+    spark, settings, bootstrap, protocol, make_topic, writer, tmp_path
 ):
     """Three topics (4, 4 and 2 partitions) and 2 participants: aligned, since every
-    topic's partition count is a multiple of 2; each transaction spans all three topics."""
+    topic's partition count is a multiple of 2; each transaction spans all three topics.
+    ``kafka2pc audit`` given the manifest audits every topic it names."""
     topics = [make_topic(4), make_topic(4), make_topic(2)]
     leased = ids(2)
     batch = prepare_dataframe(
@@ -98,6 +100,13 @@ def test_rows_routed_among_topics_commit_exactly_once_per_topic(
     outcomes = TransactionController(protocol).commit_all(batch.committables)
     assert {r.outcome for r in outcomes} == {Outcome.COMMITTED}
     assert_once_per_topic(protocol, bootstrap, batch, per_topic(topics))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(batch.to_json())
+    done = cli("audit", "-b", bootstrap, "--committables", str(manifest))
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)["topics"]
+    assert {t: r["totals"]["committed"] for t, r in reports.items()} == per_topic(topics)
+    assert all(r["totals"]["open"] == r["totals"]["aborted"] == 0 for r in reports.values())
 
 
 @WRITERS
