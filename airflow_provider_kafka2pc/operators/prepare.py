@@ -46,7 +46,7 @@ from ..spark.job import (
     source_arguments,
     summary,
 )
-from ..spark.job_spec import SparkJob, spark_job
+from ..spark.job_spec import SparkJob, describe_job
 from ..spark.partitionings import AUTO_PARTITIONING, check_partitioning
 from ..spark.writers import AUTO_WRITER, check_writer
 from ..transaction import naming
@@ -424,7 +424,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         """This export's Spark job from the (rendered) arguments: what the prepare runs and
         records, and a loss repair runs again. No secret: connections are named by id."""
         formats = any(self._registry_formats())
-        return spark_job(
+        return describe_job(
             source=self.source,
             writer_arguments=self._writer_args(),
             writer=self.writer,

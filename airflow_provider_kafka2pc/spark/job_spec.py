@@ -138,7 +138,7 @@ class SparkJob:
         return replace(self, conf=_pairs(conf))
 
 
-def spark_job(
+def describe_job(
     *,
     source: Mapping[str, Any],
     writer_arguments: list[str],

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from airflow_provider_kafka2pc.errors import ConfigurationError
-from airflow_provider_kafka2pc.spark.job_spec import SPARK_JOB_VERSION, SparkJob, spark_job
+from airflow_provider_kafka2pc.spark.job_spec import SPARK_JOB_VERSION, SparkJob, describe_job
 
 
 def job(**changes) -> SparkJob:
@@ -24,7 +24,7 @@ def job(**changes) -> SparkJob:
         "manifest_dir": "s3://bucket/manifests",
         **changes,
     }
-    return spark_job(**values)
+    return describe_job(**values)
 
 
 def test_the_record_reads_back_as_the_same_job():
