@@ -73,7 +73,7 @@ class SparkJobHook(BaseHook):
         self.job = job
         self.kafka = kafka or Kafka2pcHook(job.kafka_conn_id)
         self.yarn_rm_auth = yarn_rm_auth
-        self._submit_hook: SparkSubmitHook | None = None
+        self._running: SparkSubmitHook | None = None
 
     # -- the two runs -------------------------------------------------------------------
 
@@ -146,8 +146,8 @@ class SparkJobHook(BaseHook):
 
     def on_kill(self) -> None:
         """Stop the spark-submit this hook runs (the task was killed)."""
-        if self._submit_hook is not None:
-            self._submit_hook.on_kill()
+        if self._running is not None:
+            self._running.on_kill()
 
     # -- one run of the application -----------------------------------------------------
 
@@ -182,10 +182,11 @@ class SparkJobHook(BaseHook):
                 *per_run[2:],
             ]
             # A fresh hook per run: it is built from this run's arguments.
-            self._submit_hook = self._spark_submit_hook(application_args)
-            compat.submit_and_wait(self._submit_hook, APPLICATION)
+            self._running = self.submit_hook(application_args)
+            compat.submit_and_wait(self._running, APPLICATION)
 
-    def _spark_submit_hook(self, application_args: list[str]) -> SparkSubmitHook:
+    def submit_hook(self, application_args: list[str]) -> SparkSubmitHook:
+        """The Spark provider's hook for one spark-submit of the application, built afresh."""
         job = self.job
         submit = job.submit_dict()
         if submit.get("spark_binary") is None and "spark-binary" not in spark_extra(
