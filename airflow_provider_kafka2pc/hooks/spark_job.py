@@ -73,6 +73,8 @@ class SparkJobHook(BaseHook):
         self.job = job
         self.kafka = kafka or Kafka2pcHook(job.kafka_conn_id)
         self.yarn_rm_auth = yarn_rm_auth
+        #: What spark-submit runs: the packaged prepare application.
+        self.application = APPLICATION
         self._running: SparkSubmitHook | None = None
 
     # -- the two runs -------------------------------------------------------------------
@@ -183,7 +185,7 @@ class SparkJobHook(BaseHook):
             ]
             # A fresh hook per run: it is built from this run's arguments.
             self._running = self.submit_hook(application_args)
-            compat.submit_and_wait(self._running, APPLICATION)
+            compat.submit_and_wait(self._running, self.application)
 
     def submit_hook(self, application_args: list[str]) -> SparkSubmitHook:
         """The Spark provider's hook for one spark-submit of the application, built afresh."""
