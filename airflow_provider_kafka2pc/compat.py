@@ -10,6 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
+from airflow.providers.apache.spark.hooks.spark_submit import (
+    _K8S_WAIT_APP_COMPLETION_CONF as K8S_WAIT_APP_COMPLETION_CONF,
+)
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 
@@ -20,15 +24,76 @@ def kafka_client_config(hook: KafkaBaseHook) -> dict[str, Any]:
     return hook._build_config()
 
 
-def spark_binary(operator: SparkSubmitOperator) -> str | None:
-    """The ``spark_binary`` argument the operator was given (apache-airflow-providers-apache-
-    spark 6.x keeps it as ``_spark_binary``)."""
-    return operator._spark_binary
+#: The ``SparkSubmitOperator`` arguments the 6.x operator keeps private (it does not
+#: template them) and passes to its ``SparkSubmitHook``: read, never set, by the prepare.
+_PRIVATE_SUBMIT_ARGUMENTS = {
+    "archives": "_archives",
+    "java_class": "_java_class",
+    "repositories": "_repositories",
+    "total_executor_cores": "_total_executor_cores",
+    "executor_cores": "_executor_cores",
+    "executor_memory": "_executor_memory",
+    "driver_memory": "_driver_memory",
+    "num_executors": "_num_executors",
+    "status_poll_interval": "_status_poll_interval",
+    "verbose": "_verbose",
+    "spark_binary": "_spark_binary",
+    "yarn_queue": "_yarn_queue",
+    "deploy_mode": "_deploy_mode",
+    "use_krb5ccache": "_use_krb5ccache",
+    "track_driver_via_k8s_api": "_track_driver_via_k8s_api",
+    "yarn_track_via_rm_api": "_yarn_track_via_rm_api",
+}
 
 
-def submit_with(operator: SparkSubmitOperator, binary: str | None) -> None:
-    """Make the operator's next ``execute`` build a fresh hook (with ``binary`` as its
-    spark-submit): the hook is built from the operator's arguments, which we set per submit
-    (apache-airflow-providers-apache-spark 6.x: ``_spark_binary``, ``_hook``)."""
-    operator._spark_binary = binary
-    operator._hook = None
+def submit_arguments(operator: SparkSubmitOperator) -> dict[str, Any]:
+    """The spark-submit arguments the operator was given and keeps private
+    (apache-airflow-providers-apache-spark 6.x, ``SparkSubmitOperator._get_hook``), by the
+    name ``SparkSubmitHook`` takes them under; read only."""
+    return {name: getattr(operator, attr, None) for name, attr in _PRIVATE_SUBMIT_ARGUMENTS.items()}
+
+
+def yarn_rm_auth(operator: SparkSubmitOperator) -> Any:
+    """The operator's ``yarn_rm_auth`` (a credential object: used at run time, never recorded)."""
+    return getattr(operator, "_yarn_rm_auth", None)
+
+
+def openlineage_injection(operator: SparkSubmitOperator) -> tuple[bool, bool]:
+    """(inject parent job info, inject transport info), as the operator was given them."""
+    return (
+        bool(getattr(operator, "_openlineage_inject_parent_job_info", False)),
+        bool(getattr(operator, "_openlineage_inject_transport_info", False)),
+    )
+
+
+def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
+    """Run spark-submit and wait for the application to finish, in every deploy mode, as
+    ``SparkSubmitOperator.execute`` does with ``durable=False``
+    (apache-airflow-providers-apache-spark 6.x: in cluster modes ``submit`` returns once the
+    driver is submitted; the operator's backends then track it with these members)."""
+    if hook._should_track_driver_status:  # standalone cluster mode
+        hook._driver_id = hook.submit(application)
+        try:
+            hook._start_driver_status_tracking()
+            if hook._driver_status != "FINISHED":
+                raise RuntimeError(
+                    f"Driver {hook._driver_id} exited with status {hook._driver_status}"
+                )
+        finally:
+            hook._run_post_submit_commands()
+        return
+    if hook._should_track_driver_via_k8s_api():
+        hook._validate_track_driver_via_k8s_api_config()
+        hook._conf[K8S_WAIT_APP_COMPLETION_CONF] = "false"
+        hook.submit(application)
+        hook._poll_k8s_driver_via_api()
+        return
+    if hook._is_yarn_cluster_mode and hook._yarn_track_via_rm_api:
+        hook._validate_yarn_track_via_rm_api_config()
+        hook.submit(application)
+        try:
+            hook._start_yarn_application_status_tracking(hook._yarn_application_id)
+        finally:
+            hook._run_post_submit_commands()
+        return
+    hook.submit(application)

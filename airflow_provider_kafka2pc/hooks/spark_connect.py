@@ -2,20 +2,28 @@
 
 The official :class:`SparkConnectHook` builds the ``sc://`` URL (host, port, user id,
 token, ``use_ssl``); this subclass only opens a session on it for one prepare and says
-whether a connection is of that type, which is how the prepare chooses its path.
+whether a connection is of that type, which is how the prepare chooses its path; and
+runs the prepare application on such a session (:func:`prepare_on_connect`, called by
+:class:`~.spark_job.SparkJobHook` for the prepare and for a loss repair alike).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, Kafka2pcError, PrepareError
 from ..spark.connect import remote_session
 from ..utils.connections import require_connection
+
+if TYPE_CHECKING:
+    from .kafka2pc import Kafka2pcHook
+
+log = logging.getLogger(__name__)
 
 #: Values of the prepare's ``spark_mode``: how the prepare reaches Spark.
 SUBMIT, CONNECT = "submit", "connect"
@@ -55,3 +63,40 @@ class Kafka2pcSparkConnectHook(SparkConnectHook):
         """A new session for one prepare, released (artifacts removed) on leaving."""
         with remote_session(self.url(), app_name, conf) as spark:
             yield spark
+
+
+def prepare_on_connect(
+    conn_id: str,
+    kafka: Kafka2pcHook,
+    args: Sequence[str],
+    *,
+    app_name: str,
+    conf: Mapping[str, str] | None = None,
+) -> None:
+    """Run the prepare application with ``args`` on the Connect server of ``conn_id``: the
+    same arguments and manifest as spark-submit; no JVM starts here, and the Kafka
+    settings leave this process only as session artifacts (:mod:`..spark.connect`).
+
+    :raises Kafka2pcError: the prepare failed (a repair's refusal:
+        :class:`~..spark.remote.RepairRefusedError`, its manifest written).
+    """
+    from ..spark.remote import prepare_remote
+
+    settings = kafka.portable_settings()
+    hook = Kafka2pcSparkConnectHook(conn_id)
+    log.info("running the prepare on the Spark Connect server of connection %r", conn_id)
+    try:
+        with hook.session(app_name, conf) as spark:
+            prepare_remote(spark, list(args), settings)
+    except Kafka2pcError:
+        raise
+    except Exception as exc:  # gRPC / Spark errors: the server or the job failed
+        raise PrepareError(
+            f"the prepare on Spark Connect failed ({type(exc).__name__}: "
+            f"{_first_line(exc)}); some partitions may hold open transactions"
+        ) from exc
+
+
+def _first_line(exc: Exception) -> Any:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else "no message"

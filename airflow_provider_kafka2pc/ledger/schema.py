@@ -91,6 +91,9 @@ batches = Table(
     # With a topic_column: JSON list of every topic, declared order ("topic" is the first);
     # NULL for a one-topic batch.
     Column("topics", Text),
+    # JSON of the prepare's Spark job (``spark.job_spec.SparkJob.record``): what a loss
+    # repair from the source runs again. NULL when no prepare operator ran the job.
+    Column("spark_job", Text),
     Column("created_at", UtcDateTime(), nullable=False),
     Column("updated_at", UtcDateTime(), nullable=False),
     Column("decided_at", UtcDateTime()),

@@ -72,6 +72,10 @@ class Batch:
     #: Every topic the export writes, ``topic`` first (a ``topic_column`` routes rows
     #: among several); ``(topic,)`` for a one-topic export.
     topics: tuple[str, ...] = ()
+    #: The prepare's Spark job as recorded (``spark.job_spec.SparkJob.record``), which a
+    #: loss repair from the source runs again; None when no prepare operator ran it (the
+    #: external-operator path) or for batches recorded before the ledger kept it.
+    spark_job: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.topics:
@@ -227,10 +231,13 @@ class Ledger:
         source_rows: int,
         partitioning: str | None = None,
         source_splits: Mapping[str, Any] | None = None,
+        spark_job: Mapping[str, Any] | None = None,
     ) -> Batch:
         """PREPARING -> PREPARED with one participant per committable (index = partition),
         and how the prepare partitioned its rows (``manifest.PARTITIONINGS``; None: unknown).
         ``source_splits``: with source-split partitioning, what its repair recomputes.
+        ``spark_job``: the Spark job that prepared them, as recorded (no secret), which a
+        loss repair from the source runs again.
 
         A PREPARED batch is re-prepared (-> PREPARING -> PREPARED, participants replaced):
         its prepare ran again before any verdict.
@@ -259,6 +266,7 @@ class Ledger:
                 source_rows=source_rows,
                 partitioning=partitioning,
                 source_splits=None if source_splits is None else json.dumps(dict(source_splits)),
+                spark_job=None if spark_job is None else json.dumps(dict(spark_job)),
             )
             key = {"batch_id": row.id, "attempt": row.attempt}
             conn.execute(delete(participants).filter_by(**key))
@@ -542,6 +550,7 @@ def _to_batch(row: Any) -> Batch:
         partitioning=row.partitioning,
         source_splits=None if row.source_splits is None else json.loads(row.source_splits),
         topics=tuple(json.loads(row.topics)) if row.topics else (),
+        spark_job=None if row.spark_job is None else json.loads(row.spark_job),
         created_at=row.created_at,
         updated_at=row.updated_at,
         decided_at=row.decided_at,
@@ -563,6 +572,7 @@ def _cas(conn: Connection, ref: _Ref, target: BatchState, reason: str, **values:
             source_rows=None,
             partitioning=None,
             source_splits=None,
+            spark_job=None,
         )
     elif target in (BatchState.COMMIT_DECIDED, BatchState.ABORT_DECIDED):
         verdict = Verdict.COMMIT if target is BatchState.COMMIT_DECIDED else Verdict.ABORT

@@ -7,8 +7,10 @@ aborted export shows as a failed run.
 
 The commit task also repairs loss: a participant the broker aborted before the commit
 (timed out, fenced) is copied from the log into a new transaction while its records are
-still there (no Spark, no source), else re-prepared by the export's own prepare task, run
-again for just those partitions; then committed. See :mod:`..coordination.finish`.
+still there (no Spark, no source), else re-prepared from the source by the Spark job the
+prepare recorded in the ledger (:class:`~..hooks.spark_job.SparkJobHook`, the prepare's own
+hook), run again for just those partitions; then committed. See
+:mod:`..coordination.finish`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from ..errors import (
     RepairImpossibleError,
 )
 from ..hooks.export import ExportHook
+from ..hooks.spark_job import SparkJobHook
 from ..ledger import Batch, BatchKey, Participant
+from ..spark.job_spec import SparkJob
 from ..transaction.committable import Committable
 from ..utils.assets import emit_committed
 from ..utils.task_errors import failing_permanent_errors
@@ -98,7 +102,9 @@ class KafkaTransactionCommitOperator(_FinishOperator):
     timed out or fenced) is recorded LOST, written again and committed, so the batch still
     ends COMMITTED exactly once: copied from the log while its aborted records are all
     still there (``repair_from_log``; no Spark, no source, so also on the external-operator
-    path), else re-prepared by the export's prepare task for just its partition. When
+    path), else re-prepared from the source for just its partition, by the Spark job the
+    prepare task recorded in the ledger (a batch recorded before the ledger kept its job:
+    by the DAG's prepare task, rendered for the run). When
     neither gives the recorded records the task fails (no retry) naming the lost
     partitions, their rows and why; the batch stays COMMIT_DECIDED with them LOST, for an
     operator.
@@ -107,8 +113,9 @@ class KafkaTransactionCommitOperator(_FinishOperator):
     :param run_key: the run's key. (templated)
     :param kafka_conn_id: the official provider's ``kafka`` connection.
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
-    :param prepare_task_id: the :class:`SparkKafkaPrepareOperator` that prepared the batch,
-        used again to re-prepare lost partitions; default: the one upstream of this task.
+    :param prepare_task_id: for a batch whose Spark job the ledger does not hold (recorded
+        before 0.2.0's migration 0006): the :class:`SparkKafkaPrepareOperator` that prepared
+        it, used again to re-prepare lost partitions; default: the one upstream of this task.
     :param repair_lost: repair lost participants (False: fail naming them instead).
     :param repair_from_log: try the copy from the log first (False: from the source only).
     :param max_repairs: repair rounds one try may run (a repaired participant can be lost
@@ -224,24 +231,44 @@ class KafkaTransactionCommitOperator(_FinishOperator):
     def _source_for_lineage(
         self, context: Context | None = None
     ) -> tuple[dict[str, Any], dict[str, str]]:
-        """The prepare task's source and Spark settings, rendered for this run: what the
-        committed records were read from. Empty when unknown (no prepare task upstream).
+        """The source and Spark settings of the job that prepared this run (the ledger's
+        record; for an older batch, the prepare task rendered for the run): what the
+        committed records were read from. Empty when unknown.
 
         Worked out once, in the first call that has the run's context: OpenLineage's start
         (the task's context is current then) or :meth:`execute`; the listener may call the
         later methods in a forked process, without it.
         """
         if getattr(self, "_lineage_source", None) is None:
-            from airflow.sdk import get_current_context
-
             try:
-                prepare = self.prepare_task().prepare_for_execution()
-                prepare.render_template_fields(context or get_current_context())
-                self._lineage_source = (dict(prepare.source), dict(prepare.conf or {}))
+                job = self.recorded_job() or self._job_from_dag(context)
+                self._lineage_source = (dict(job.source), job.conf_dict())
             except Exception as exc:  # lineage is never worth failing the commit for
                 self.log.debug("no source for OpenLineage: %s", exc)
                 return {}, {}
         return self._lineage_source
+
+    def recorded_job(self, batch: Batch | None = None) -> SparkJob | None:
+        """The Spark job the ledger recorded for this run's batch; None when it holds none
+        (the external-operator path, or a batch recorded before the ledger kept it)."""
+        if batch is None:
+            with ExportHook(self.kafka_conn_id, self.ledger_conn_id).ledger() as ledger:
+                batch = ledger.get(self.export_id, self.run_key)
+        if batch is None or batch.spark_job is None:
+            return None
+        return SparkJob.from_record(batch.spark_job)
+
+    def _job_from_dag(self, context: Context | None) -> SparkJob:
+        """The fallback for a batch without a recorded job: the DAG's prepare task,
+        rendered for this run, describes its job."""
+        return self._rendered_prepare(context).spark_job()
+
+    def _rendered_prepare(self, context: Context | None) -> SparkKafkaPrepareOperator:
+        from airflow.sdk import get_current_context
+
+        prepare = self.prepare_task().prepare_for_execution()
+        prepare.render_template_fields(context or get_current_context())
+        return prepare
 
     def commit(self, context: Context, coordinator: Coordinator) -> Finished:
         """The commit itself, loss repair included; a subclass may wrap it (it is idempotent)."""
@@ -251,28 +278,42 @@ class KafkaTransactionCommitOperator(_FinishOperator):
         )
 
     def reprepare_with(self, context: Context) -> Reprepare:
-        """Loss repair's re-prepare: the prepare task, its templates rendered for this run,
-        runs its Spark job again for the lost partitions only. Without a prepare operator
-        (the Spark job runs elsewhere: operators/external.py) there is no way back to the
-        source: :class:`RepairImpossibleError`."""
+        """Loss repair's re-prepare: the Spark job the prepare recorded in the ledger runs
+        again through :class:`SparkJobHook` for the lost partitions only. A batch without
+        a recorded job falls back to the DAG's prepare task, rendered for this run. Without
+        either (the Spark job runs elsewhere: operators/external.py) there is no way back
+        to the source: :class:`RepairImpossibleError`."""
 
         def reprepare(
             batch: Batch, participants: Sequence[Participant], lost: Sequence[Participant]
         ) -> Mapping[int, Committable]:
             try:
-                prepare = self.prepare_task().prepare_for_execution()
+                job = self.recorded_job(batch)
+            except ConfigurationError as exc:
+                raise RepairImpossibleError(f"the recorded Spark job is unusable: {exc}") from exc
+            if job is not None:
+                return SparkJobHook(job).reprepare(batch, participants, lost)
+            # A batch recorded before the ledger kept its job: the DAG's prepare task.
+            try:
+                prepare = self._rendered_prepare(context)
             except ConfigurationError as exc:
                 raise RepairImpossibleError(
                     f"no re-prepare from the source: {exc} (the Spark job runs outside "
                     "this DAG's operators, e.g. the external-operator path)"
                 ) from exc
-            prepare.render_template_fields(context)
+            self.log.info(
+                "%s: the ledger holds no Spark job for this batch (recorded before it kept "
+                "one): re-preparing with the DAG's prepare task %r",
+                self.label,
+                prepare.task_id,
+            )
             return prepare.reprepare(context, batch, participants, lost)
 
         return reprepare
 
     def prepare_task(self) -> SparkKafkaPrepareOperator:
-        """The prepare task of this export: ``prepare_task_id``, else the one upstream."""
+        """The prepare task of this export, for a batch whose job the ledger does not hold:
+        ``prepare_task_id``, else the one upstream."""
         from .prepare import SparkKafkaPrepareOperator
 
         if self.prepare_task_id is not None:

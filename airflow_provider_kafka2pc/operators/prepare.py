@@ -5,25 +5,24 @@ topic, source), so bad input leaves nothing behind. A run key already COMMITTED 
 nothing and skips downstream; one with a verdict is not prepared again. Kafka settings
 reach the Spark job in a private file (``--kafka-config-file``), never on its command line.
 
-The same operator re-prepares lost partitions for loss repair (:meth:`reprepare`, called
-by the commit task): the same application, source and Spark settings, writing only those
-partitions, and only if the source still yields the recorded counts.
+The Spark job is described once (:meth:`SparkKafkaPrepareOperator.spark_job`, a frozen
+:class:`~..spark.job_spec.SparkJob` with no secret), run by
+:class:`~..hooks.spark_job.SparkJobHook` and recorded in the ledger beside the
+committables: a loss repair (the commit task, recovery) runs the same job through the same
+hook for the lost partitions only, and only if the source still yields the recorded counts.
+The operator sets none of its parent's state: the hook composes its own ``SparkSubmitHook``.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, ClassVar
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseHook, Context
+from airflow.sdk import Context
 
 from .. import compat, defaults, naming
 from ..connection.registry import RegistryFormat
@@ -31,28 +30,24 @@ from ..coordination.finish import Coordinator
 from ..errors import (
     CommittableError,
     ConfigurationError,
-    Kafka2pcError,
     LedgerError,
-    RepairFailedError,
     RepairImpossibleError,
 )
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
 from ..hooks.registry import SchemaRegistryHook
 from ..hooks.spark_connect import CONNECT, spark_mode
+from ..hooks.spark_job import SparkJobHook
 from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION, AVRO_PACKAGE
 from ..spark.job import (
     check_num_partitions,
     committables_for,
     local_path,
-    repair_arguments,
-    repaired_committables,
     source_arguments,
-    spark_submit_binary,
     summary,
-    with_project_jar,
 )
+from ..spark.job_spec import SparkJob, describe_job
 from ..spark.partitionings import AUTO_PARTITIONING, check_partitioning
 from ..spark.writers import AUTO_WRITER, check_writer
 from ..transaction.committable import Committable
@@ -61,18 +56,23 @@ from ..transaction.routing import Routing, routing
 from ..utils import config
 from ..utils.connections import require_connection
 from ..utils.task_errors import failing_permanent_errors
-from ..version_compat import (
-    HAS_TASK_STATE_STORE,
-    AirflowException,
-    AirflowNotFoundException,
-    AirflowSkipException,
-    Stats,
+from ..version_compat import HAS_TASK_STATE_STORE, AirflowSkipException, Stats
+
+#: The ``SparkSubmitOperator`` arguments it keeps public (templated) that the job carries
+#: as given; ``conf``, ``env_vars`` and ``name`` are carried apart.
+_PUBLIC_SUBMIT_ARGUMENTS = (
+    "files",
+    "py_files",
+    "jars",
+    "driver_class_path",
+    "packages",
+    "exclude_packages",
+    "keytab",
+    "principal",
+    "proxy_user",
+    "post_submit_commands",
+    "properties_file",
 )
-from .spark_connect import prepare_on_connect
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
 
 
 class SparkKafkaPrepareOperator(SparkSubmitOperator):
@@ -258,6 +258,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         # Bad input fails without retry (no retry can mend it) and leaves nothing behind.
         with failing_permanent_errors():
             source_args = self.validate(kafka)
+            self._job = self.spark_job()  # described once, from the rendered arguments
             with LedgerHook(self.ledger_conn_id).get_conn() as ledger:
                 route = self.route
                 batch = ledger.begin(
@@ -364,6 +365,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             Coordinator(ledger, controller).fence(batch.transactional_ids)
         prepared = self.run_spark(context, kafka, batch, source_args)
         committables = committables_for(prepared, batch, self.transaction_timeout_ms)
+        job = getattr(self, "_job", None) or self.spark_job()
         try:
             batch = ledger.record_prepared(
                 self.export_id,
@@ -372,6 +374,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
                 source_rows=prepared.source_rows,
                 partitioning=prepared.partitioning,
                 source_splits=prepared.metadata.get("source_splits"),
+                spark_job=job.record(),
             )
         except (LedgerError, CommittableError):
             # Another run of this run key moved the batch on (a verdict, a new attempt)
@@ -410,10 +413,61 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     def run_spark(
         self, context: Context, kafka: Kafka2pcHook, batch: Batch, source_args: list[str]
     ) -> Manifest:
-        """Submit the packaged application (:class:`SparkSubmitOperator`); read its manifest."""
-        with self._manifest(batch, f"attempt-{batch.attempt}") as (manifest, read):
-            self.submit(context, kafka, batch, [*source_args, *self._writer_args()], manifest)
-            return _read_manifest(manifest, read)
+        """Run the export's Spark job (:class:`SparkJobHook`); return its manifest."""
+        job = getattr(self, "_job", None) or self.spark_job()
+        return self.spark_hook(self._with_lineage_conf(job, context), kafka).prepare(batch)
+
+    # -- the Spark job ------------------------------------------------------------------
+
+    def spark_job(self) -> SparkJob:
+        """This export's Spark job from the (rendered) arguments: what the prepare runs and
+        records, and a loss repair runs again. No secret: connections are named by id."""
+        formats = any(self._registry_formats())
+        return describe_job(
+            source=self.source,
+            writer_arguments=self._writer_args(),
+            writer=self.writer,
+            spark_conn_id=self.spark_conn_id,
+            kafka_conn_id=self.kafka_conn_id,
+            spark_mode=self.spark_mode,
+            registry_conn_id=self.registry_conn_id if formats else None,
+            name=self.name,
+            conf=self.conf,
+            env_vars=self.env_vars,
+            submit={
+                **{name: getattr(self, name) for name in _PUBLIC_SUBMIT_ARGUMENTS},
+                **compat.submit_arguments(self),
+            },
+            manifest_dir=self.manifest_dir,
+        )
+
+    def spark_hook(self, job: SparkJob, kafka: Kafka2pcHook | None = None) -> SparkJobHook:
+        hook = SparkJobHook(job, kafka=kafka, yarn_rm_auth=compat.yarn_rm_auth(self))
+        self._spark_hook = hook  # for on_kill
+        return hook
+
+    def _with_lineage_conf(self, job: SparkJob, context: Context) -> SparkJob:
+        """The job with OpenLineage's Spark settings for this run, when asked for (as
+        :class:`SparkSubmitOperator` adds them); the record keeps the user's."""
+        parent, transport = compat.openlineage_injection(self)
+        if not (parent or transport):
+            return job
+        from airflow.providers.common.compat.openlineage.utils.spark import (
+            inject_parent_job_information_into_spark_properties,
+            inject_transport_information_into_spark_properties,
+        )
+
+        conf = job.conf_dict()
+        if parent:
+            conf = inject_parent_job_information_into_spark_properties(conf, context)
+        if transport:
+            conf = inject_transport_information_into_spark_properties(conf, context)
+        return job.with_conf(conf)
+
+    def on_kill(self) -> None:
+        hook = getattr(self, "_spark_hook", None)
+        if hook is not None:
+            hook.on_kill()
 
     # -- loss repair --------------------------------------------------------------------
 
@@ -424,74 +478,20 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         participants: Sequence[Participant],
         lost: Sequence[Participant],
     ) -> dict[int, Committable]:
-        """Write the ``lost`` partitions again, each under its own id, from the same input.
-
-        Call it on a copy whose templates are rendered for the batch's run. The whole input
-        is partitioned as at the prepare; the application refuses (writes nothing) unless
-        every partition holds the rows its participant recorded.
+        """Write the ``lost`` partitions again with this operator's job (its templates
+        rendered for the batch's run): :meth:`SparkJobHook.reprepare`. The commit task
+        runs the job the ledger recorded instead; this is for batches without a record.
 
         :raises RepairImpossibleError: the source changed or is gone.
         :raises RepairFailedError: the job failed otherwise; a retry may succeed.
         """
-        label = batch.key
-        names = ", ".join(
-            f"partition {p.index} ({p.transactional_id}, {p.committable.record_count} rows)"
-            for p in lost
-        )
         try:
-            source_args = source_arguments(self.source)
+            job = self.spark_job()
         except ConfigurationError as exc:
             raise RepairImpossibleError(f"the prepare's source is unusable: {exc}") from exc
-        path = self.source.get("path")
-        local = local_path(str(path)) if path else None
-        if local is not None and not local.exists() and not self._reads_remotely():
-            raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
-        repair_args = repair_arguments(participants, lost, batch.partitioning, batch.source_splits)
-        kafka = Kafka2pcHook(self.kafka_conn_id)
-        self.log.warning("%s: re-preparing %s with the prepare's Spark job", label, names)
-        started = time.monotonic()
-        name = f"attempt-{batch.attempt}-repair-{time.time_ns()}"
-        with self._manifest(batch, name) as (manifest, read):
-            args = [*source_args, *self._writer_args(), *repair_args]
-            try:
-                self.submit(context, kafka, batch, args, manifest, job_suffix="-repair")
-            except (AirflowException, Kafka2pcError) as exc:
-                refusal = _refusal(read)
-                if refusal is not None:
-                    raise RepairImpossibleError(refusal) from exc
-                self._fence(kafka, [p.transactional_id for p in lost])
-                raise RepairFailedError(
-                    f"{label}: re-preparing {names} failed ({exc}); they stay LOST and the "
-                    "batch COMMIT_DECIDED: a retry of the commit task re-prepares them"
-                ) from exc
-            prepared = _read_manifest(manifest, read)
-        fresh = repaired_committables(prepared, batch, lost)
-        expiry = [e for c in fresh.values() if (e := c.expires_at_ms) is not None]
-        self.log.info(
-            "%s: re-prepared %d rows in %d partitions in %.1f s; earliest timeout in %s",
-            label,
-            prepared.source_rows,
-            len(fresh),
-            time.monotonic() - started,
-            f"{min(expiry) / 1000 - time.time():.1f} s" if expiry else "never (2PC)",
-        )
-        return fresh
+        return self.spark_hook(job).reprepare(batch, participants, lost)
 
-    def _fence(self, kafka: Kafka2pcHook, transactional_ids: Sequence[str]) -> None:
-        """Abort whatever a failed repair job left open under these ids (best effort)."""
-        try:
-            with kafka.controller() as controller:
-                for tid in transactional_ids:
-                    controller.fence(tid)
-        except Kafka2pcError as exc:
-            self.log.error(
-                "could not fence %s after the failed repair (%s); what it left open ends at "
-                "its transaction timeout",
-                list(transactional_ids),
-                exc,
-            )
-
-    # -- spark-submit -------------------------------------------------------------------
+    # -- the application's options ------------------------------------------------------
 
     def _writer_args(self) -> list[str]:
         route = self.route
@@ -540,112 +540,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             *(["--timestamp-column", self.timestamp_column] if self.timestamp_column else []),
         ]
 
-    def submit(
-        self,
-        context: Context,
-        kafka: Kafka2pcHook,
-        batch: Batch,
-        args: list[str],
-        manifest: str,
-        job_suffix: str = "",
-    ) -> None:
-        """One spark-submit of the packaged application through :class:`SparkSubmitOperator`
-        (on a Spark Connect connection: the same application on a Connect session)."""
-        if self._on_connect():
-            prepare_on_connect(
-                self.spark_conn_id,
-                kafka,
-                [
-                    *args,
-                    "--transactional-ids",
-                    ",".join(batch.transactional_ids),
-                    "--manifest",
-                    manifest,
-                    "--job-label",
-                    batch.key.job_label(batch.attempt, job_suffix),
-                ],
-                app_name=f"{self.name}{job_suffix}",
-                conf=self.conf,
-            )
-            return
-        with kafka.config_file() as config_path, self._registry_file() as registry_path:
-            self.application = APPLICATION
-            self.application_args = [
-                *args,
-                *(["--registry-config-file", str(registry_path)] if registry_path else []),
-                "--transactional-ids",
-                ",".join(batch.transactional_ids),
-                "--kafka-config-file",
-                str(config_path),
-                "--manifest",
-                manifest,
-                "--job-label",
-                batch.key.job_label(batch.attempt, job_suffix),
-            ]
-            self.conf = with_project_jar(defaults.spark_conf(self.conf), self.writer)
-            binary = compat.spark_binary(self)
-            if binary is None and "spark-binary" not in spark_extra(self.spark_conn_id):
-                binary = spark_submit_binary()
-            # The hook is built from the arguments above: never reuse one built for others.
-            compat.submit_with(self, binary)
-            super().execute(context)
-
     def _on_connect(self) -> bool:
         return spark_mode(self.spark_conn_id, self.spark_mode) == CONNECT
-
-    def _reads_remotely(self) -> bool:
-        """The source's paths are a Connect server's, not this machine's. Without a Spark
-        connection they are ours: the missing path is the first thing to say."""
-        try:
-            return self._on_connect()
-        except ConfigurationError:
-            return False
-
-    @contextmanager
-    def _registry_file(self) -> Iterator[Path | None]:
-        """The registry's settings in a private file, when a registry format is asked."""
-        if self.registry_conn_id is None or not any(self._registry_formats()):
-            yield None
-            return
-        with SchemaRegistryHook(self.registry_conn_id).config_file() as path:
-            yield path
-
-    @contextmanager
-    def _manifest(self, batch: Batch, name: str) -> Iterator[tuple[str, Any]]:
-        """(where the job writes the manifest, how to read it back)."""
-        if self.manifest_dir:
-            uri = (
-                f"{self.manifest_dir.rstrip('/')}/{_safe(self.export_id)}/{_safe(self.run_key)}"
-                f"/{name}.json"
-            )
-            local = local_path(uri)
-            if local is not None:
-                local.parent.mkdir(parents=True, exist_ok=True)
-                yield uri, local.read_text
-            else:
-                from airflow.sdk import ObjectStoragePath
-
-                yield uri, ObjectStoragePath(uri).read_text
-            return
-        with tempfile.TemporaryDirectory(prefix="kafka2pc-manifest-") as directory:
-            path = Path(directory) / "manifest.json"
-            yield str(path), path.read_text
-
-
-def _read_manifest(manifest: str, read: Any) -> Manifest:
-    try:
-        return Manifest.from_json(read())
-    except (OSError, CommittableError) as exc:
-        raise Kafka2pcError(f"the prepare job's manifest {manifest} is unusable: {exc}") from exc
-
-
-def _refusal(read: Any) -> str | None:
-    """Why a failed repair run refused to write, when its manifest says so; else None."""
-    try:
-        refused = Manifest.from_json(read()).metadata.get("refused")
-    except (OSError, CommittableError):
-        return None
-    return str(refused) if refused else None
 
 
 def _with_avro(packages: str | None) -> str:
@@ -654,10 +550,3 @@ def _with_avro(packages: str | None) -> str:
     if not any(p.startswith(AVRO_PACKAGE.rsplit(":", 1)[0]) for p in listed):
         listed.append(AVRO_PACKAGE)
     return ",".join(listed)
-
-
-def spark_extra(conn_id: str) -> dict[str, Any]:
-    try:
-        return BaseHook.get_connection(conn_id).extra_dejson
-    except AirflowNotFoundException:
-        return {}

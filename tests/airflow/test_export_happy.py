@@ -27,17 +27,23 @@ class SpyPrepare(SparkKafkaPrepareOperator):
 
     seen: ClassVar[dict[str, Any]] = {}
 
-    def _get_hook(self):  # SparkSubmitOperator builds its hook right before submitting
-        args = list(self.application_args)
-        path = Path(args[args.index("--kafka-config-file") + 1])
-        SpyPrepare.seen.update(
-            args=args,
-            conf=dict(self.conf),
-            path=path,
-            mode=stat.S_IMODE(path.stat().st_mode),
-            settings=json.loads(path.read_text()),
-        )
-        return super()._get_hook()
+    def spark_hook(self, job, kafka=None):
+        hook = super().spark_hook(job, kafka)
+        build = hook.submit_hook
+
+        def spy(args):  # SparkJobHook builds Spark's hook right before submitting
+            path = Path(args[args.index("--kafka-config-file") + 1])
+            SpyPrepare.seen.update(
+                args=list(args),
+                conf=dict(job.conf_dict()),
+                path=path,
+                mode=stat.S_IMODE(path.stat().st_mode),
+                settings=json.loads(path.read_text()),
+            )
+            return build(args)
+
+        hook.submit_hook = spy
+        return hook
 
 
 @pytest.mark.parametrize("writer", ["python", "jvm"])
@@ -108,6 +114,7 @@ def test_happy_path_commits_exactly_once_without_leaking_secrets(
     assert seen["settings"]["sasl.password"] == secret
     assert seen["mode"] == 0o600 and not seen["path"].exists()
     assert secret not in json.dumps([seen["args"], seen["conf"]])
+    assert batch.spark_job["writer"] == writer and secret not in json.dumps(batch.spark_job)
     # ... and nowhere in XCom, the task logs, or Airflow's metadata DB.
     xcoms = [result.xcom(t) for t in ("prepare", "commit")] + [verdict]
     assert secret not in json.dumps(xcoms)

@@ -38,17 +38,23 @@ class SpyPrepare(SparkKafkaPrepareOperator):
 
     seen: ClassVar[dict[str, Any]] = {}
 
-    def _get_hook(self):
-        args = list(self.application_args)
-        path = Path(args[args.index("--registry-config-file") + 1])
-        SpyPrepare.seen.update(
-            args=args,
-            packages=self.packages,
-            path=path,
-            mode=stat.S_IMODE(path.stat().st_mode),
-            settings=json.loads(path.read_text()),
-        )
-        return super()._get_hook()
+    def spark_hook(self, job, kafka=None):
+        hook = super().spark_hook(job, kafka)
+        build = hook.submit_hook
+
+        def spy(args):  # SparkJobHook builds Spark's hook right before submitting
+            path = Path(args[args.index("--registry-config-file") + 1])
+            SpyPrepare.seen.update(
+                args=list(args),
+                packages=job.submit_dict().get("packages"),
+                path=path,
+                mode=stat.S_IMODE(path.stat().st_mode),
+                settings=json.loads(path.read_text()),
+            )
+            return build(args)
+
+        hook.submit_hook = spy
+        return hook
 
 
 def test_registry_avro_tombstones_and_timestamps_through_the_task_group(

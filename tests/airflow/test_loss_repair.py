@@ -20,12 +20,14 @@ from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
+from sqlalchemy import update
 
 from airflow_provider_kafka2pc.coordination.decision import assess, earliest_deadline_ms
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.errors import ParticipantLostError, RepairImpossibleError
 from airflow_provider_kafka2pc.export import export_asset
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
+from airflow_provider_kafka2pc.ledger.schema import batches
 from airflow_provider_kafka2pc.operators.finish import KafkaTransactionCommitOperator
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
@@ -293,6 +295,9 @@ class CommitRetriedAfterTheTimeout(KafkaTransactionCommitOperator):
         wait_aborted_by_broker(settings_of(self), late, EXPORT_TIMEOUT_MS / 1000 + 30)
         return super().commit(context, coordinator)
 
+    def prepare_task(self):
+        raise AssertionError("the repair looked for the prepare task instead of the ledger's job")
+
 
 @pytest.mark.parametrize("writer", ["python", "jvm"])
 def test_flink_data_loss_scenario_is_repaired_exactly_once(
@@ -320,6 +325,8 @@ def test_flink_data_loss_scenario_is_repaired_exactly_once(
     seen = CommitRetriedAfterTheTimeout.seen
     decided = seen["batch"]
     assert decided.verdict is Verdict.COMMIT and decided.state is BatchState.COMMIT_DECIDED
+    # The repair ran the job the prepare recorded (its writer), not the DAG's prepare task.
+    assert decided.spark_job["writer"] == writer and decided.spark_job["source"]
     prepared = seen["prepared"]
     assert len(seen["late"]) == 2
     committed = result.xcom("commit")
@@ -375,6 +382,11 @@ class CommitAfterPartitionsWereAdded(KafkaTransactionCommitOperator):
         wait_aborted_by_broker(settings, [p.transactional_id for p in parts[1:]], 60)
         admin = AdminClient({"bootstrap.servers": settings["bootstrap.servers"]})
         admin.create_partitions([NewPartitions(self.topic_name, 4)])[self.topic_name].result(30)
+        # As a batch prepared before the ledger kept its Spark job (migration 0006): the
+        # repair falls back to the DAG's prepare task, rendered for the run.
+        with coordinator.ledger._engine.begin() as conn:
+            mine = (batches.c.export_id == self.export_id, batches.c.run_key == self.run_key)
+            conn.execute(update(batches).where(*mine).values(spark_job=None))
         return super().commit(context, coordinator)
 
 

@@ -22,8 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.hooks.export import ExportHook
 from airflow_provider_kafka2pc.hooks.kafka2pc import Kafka2pcHook
@@ -74,18 +72,17 @@ def spark_dies(fault_dir: str, kind: str, partition: int) -> type:
     application; it dies at ``partition`` (``worker``: the task; ``driver``: the job)."""
     marker = str(Path(fault_dir) / f"spark-{kind}.killed")
 
-    class FaultApplication(SparkSubmitOperator):
-        """Sits between the prepare operator and SparkSubmitOperator in the MRO: the
-        prepare sets its application and arguments, this swaps in the fault app."""
+    fault = ["--fault", kind, "--fault-partition", str(partition), "--fault-marker", marker]
 
-        def execute(self, context: Any) -> Any:
-            self.application = FAULT_APP
-            fault = ["--fault", kind, "--fault-partition", str(partition)]
-            self.application_args = [*fault, "--fault-marker", marker, "--", *self.application_args]
-            return super().execute(context)
+    class SparkDiesPrepare(SparkKafkaPrepareOperator):
+        """The prepare's hook submits the fault app, the application's arguments after it."""
 
-    class SparkDiesPrepare(SparkKafkaPrepareOperator, FaultApplication):
-        pass
+        def spark_hook(self, job: Any, kafka: Any = None) -> Any:
+            hook = super().spark_hook(job, kafka)
+            hook.application = FAULT_APP
+            build = hook.submit_hook
+            hook.submit_hook = lambda args: build([*fault, "--", *args])
+            return hook
 
     return SparkDiesPrepare
 

@@ -48,7 +48,7 @@ from tests.support.postgres import SKIP_POSTGRES_ENV, fresh_schema, postgres_url
 BACKENDS = ["sqlite", "postgresql"]
 TOPIC = "orders"
 #: The newest migration of the ledger's schema.
-HEAD = "0005"
+HEAD = "0006"
 #: How long racers wait for each other at a gate before the test fails (instead of hanging).
 GATE_TIMEOUT = 30
 
