@@ -113,7 +113,9 @@ def test_a_task_failing_mid_write_fails_the_prepare_and_leaves_nothing_open(
             prepare_remote(spark, argv(source, manifest, ids, topics), settings)
     assert not manifest.exists()
     # Nothing open: the failed task aborted its own, the job's abort fenced the others.
-    assert protocol.list_transactions(prefix="connect-jvm-fault", states=["Ongoing"]) == []
+    ongoing = protocol.list_transactions(prefix="connect-jvm-fault", states=["Ongoing"])
+    said = [line for line in server.logged().splitlines() if "kafka2pc: connect-jvm" in line]
+    assert [t for t in ongoing if t.transactional_id in ids] == [], said
     for topic in topics:
         totals = audit(protocol, topic).totals
         assert totals["committed"] == totals["open"] == totals["non_transactional"] == 0

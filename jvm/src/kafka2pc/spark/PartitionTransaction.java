@@ -104,8 +104,8 @@ final class PartitionTransaction {
      * kafka-clients (added with ADD JAR), and would then report only "UnknownReason".
      */
     RuntimeException failed(Throwable failure) {
-        if (failure instanceof CannotCreate created) {
-            return created;
+        if (failure instanceof CannotCreate) { // nothing opened: nothing to abort
+            return new IllegalStateException(failure.getMessage());
         }
         if (failure instanceof Fault.Died) {
             if (producer != null) {

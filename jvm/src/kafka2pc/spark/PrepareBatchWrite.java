@@ -39,8 +39,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * <p>Out: {@link #commit} puts the committed messages, one JSON array of the result rows, in
  * the session setting {@code results_conf}, which the Connect client reads with
  * {@code spark.conf.get} and unsets: public API on both sides, no shared file system needed
- * between the client and the cluster. {@link #abort} fences the ids whose transactions the
- * committed tasks left open ({@code initTransactions} aborts them), as the orchestrator's
+ * between the client and the cluster. {@link #abort} fences the job's ids
+ * ({@code initTransactions} aborts what a committed task left open), as the orchestrator's
  * abort would. The option {@code probe} writes nothing and reports the kafka-clients version
  * the driver loads: how the client tells a server that can run this writer.
  */
@@ -180,11 +180,16 @@ final class PrepareBatchWrite implements BatchWrite {
         conf.set(resultsConf, rows.toString());
     }
 
+    /**
+     * Fences every id this job writes, not only those the messages name: measured on a
+     * Connect server, a task that committed as the job failed (its commit authorised
+     * before the stage ended) is missing from {@code messages}, its transaction open.
+     */
     @Override
     public void abort(WriterCommitMessage[] messages) {
-        for (WriterCommitMessage message : messages) {
-            if (message instanceof PreparedPartition prepared && prepared.inputRows() > 0) {
-                fence(spec.ids.get(prepared.partition()));
+        for (int partition = 0; partition < spec.ids.size(); partition++) {
+            if (spec.writes(partition)) {
+                fence(spec.ids.get(partition));
             }
         }
     }
