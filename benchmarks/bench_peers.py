@@ -24,8 +24,9 @@ partitions, run as its user would run it:
   export's time; the warm-up round is each Connect system's untimed first export):
   "kafka2pc on Connect (warm)", a client process (``peer_apps/connect_prepare.py``, what
   an Airflow prepare task on a ``spark_connect`` connection runs: a session, the prepare
-  through the package's Connect path with the Python writer, the manifest written by the
-  client), then ``kafka2pc commit``; and "Spark Kafka sink on Connect (warm)", the same
+  through the package's Connect path, the manifest written by the
+  client; writer auto, which takes the JVM writer: the server has our jar), then
+  ``kafka2pc commit``; and "Spark Kafka sink on Connect (warm)", the same
   ``peer_apps/spark_sink.py`` run as a Connect client (``SPARK_REMOTE``). Each timed from
   the client's launch to its end (kafka2pc: to the commit's end).
 - Kafka's ProducerPerformance (``kafka-tools``): as many records of the same mean size in one
@@ -101,7 +102,9 @@ from harness import (
     write_svg,
 )
 
+from airflow_provider_kafka2pc.spark.alignment import JAR
 from airflow_provider_kafka2pc.spark.job import spark_submit_binary
+from airflow_provider_kafka2pc.spark.jvm_writer import kafka_clients_jar
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from devtools.broker import fetch_kafka
 from devtools.broker.distribution import java_binary
@@ -134,6 +137,7 @@ FLINK_SINK = "Flink KafkaSink"
 PRODUCER_PERF = "ProducerPerformance"
 #: The prepare's writer when none is named: the Python workers' confluent-kafka producer.
 PYTHON_WRITER = "python"
+JVM_WRITER = "jvm"
 KAFKA2PC_VARIANTS = (KAFKA2PC, KAFKA2PC_HASH, KAFKA2PC_UNSHUFFLED)
 GUARANTEES = {
     KAFKA2PC: "exactly once: spark-submit prepare (aligned with Kafka) + kafka2pc commit",
@@ -141,8 +145,9 @@ GUARANTEES = {
     KAFKA2PC_UNSHUFFLED: "the same with --no-shuffle: one transaction per source split "
     "(docs/partitioning.md)",
     SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
-    KAFKA2PC_CONNECT: "exactly once: a Connect client runs the prepare (Python writer, "
-    "aligned with Kafka) on the warm server + kafka2pc commit",
+    KAFKA2PC_CONNECT: "exactly once: a Connect client runs the prepare (writer auto: the JVM "
+    "writer through the server's kafka2pc DataSource, aligned with Kafka) on the warm server "
+    "+ kafka2pc commit",
     SPARK_SINK_CONNECT: "at least once: the same df.write.format('kafka') app as a Connect "
     "client of the warm server",
     FLINK_SINK: "exactly once: PyFlink SQL, BATCH, exactly-once sink",
@@ -242,7 +247,15 @@ class Peers:
         )
         if not wanted:
             return
-        jars = self.peers.get(SPARK_SINK_CONNECT, [])
+        jars = list(self.peers.get(SPARK_SINK_CONNECT, []))
+        if KAFKA2PC_CONNECT in self.args.systems:
+            # Our DataSource (the JVM writer on Connect) and a kafka-clients: the sink's when
+            # it is there (one kafka-clients on the class path), else the JVM writer's.
+            jars.append(JAR)
+            if not any(
+                j.name.startswith(("kafka-clients", "org.apache.kafka_kafka-clients")) for j in jars
+            ):
+                jars.append(kafka_clients_jar())
         print(f"starting the Spark Connect server ({self.master})", flush=True)
         self.server = stack.enter_context(
             connect_server(self.work / "connect-server", master=self.master, jars=jars)  # type: ignore[arg-type]
@@ -477,10 +490,11 @@ class Peers:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
         batch = Manifest.from_json(manifest.read_text())
         meta = batch.metadata
-        if meta.get("partitioning") != "kafka-aligned" or meta.get("writer") != PYTHON_WRITER:
+        if meta.get("partitioning") != "kafka-aligned" or meta.get("writer") != JVM_WRITER:
             raise SystemExit(
                 f"{topic} ({name}): partitioned {meta.get('partitioning')!r}, "
-                f"writer {meta.get('writer')!r} (expected kafka-aligned, python)"
+                f"writer {meta.get('writer')!r} (expected kafka-aligned, jvm: "
+                f"{meta.get('writer_reason')})"
             )
         marks = client_marks(prepared.stdout)
         phases = server_phases(server.event_dir, started, prepared_ms)
@@ -752,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     keyed = [r for s in results.sides if s != PRODUCER_PERF for r in results.runs[s]]
     same, counts = same_partition_counts(keyed)
     mine = kafka2pc_systems(list(KAFKA2PC_VARIANTS), args.writers)
-    mine[KAFKA2PC_CONNECT] = (KAFKA2PC_CONNECT, PYTHON_WRITER)
+    mine[KAFKA2PC_CONNECT] = (KAFKA2PC_CONNECT, JVM_WRITER)
     ours = [s for s in results.sides if s in mine]
     peers = [s for s in results.sides if s not in ours]
     pairs = [(a, b) for a in ours for b in peers]

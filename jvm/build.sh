@@ -18,6 +18,9 @@ digest=$(cat $sources | sha256sum | cut -d' ' -f1)
 # Release 17: Spark 4 needs Java 17 or newer.
 javac --release 17 -Xlint:all,-path -Werror -cp "$jars/*:$clients" -d "$work/classes" $sources
 printf 'Kafka2pc-Source-SHA256: %s\n' "$digest" > "$work/manifest.txt"
+# The DataSource V2 sink's short name, format("kafka2pc"): Spark finds it by ServiceLoader.
+mkdir -p "$work/classes/META-INF/services"
+echo kafka2pc.spark.Kafka2pcSource > "$work/classes/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 # A fixed date: the same sources give the same jar bytes.
 jar --create --date=2026-01-01T00:00:00Z --file "$out" --manifest "$work/manifest.txt" \
     -C "$work/classes" .

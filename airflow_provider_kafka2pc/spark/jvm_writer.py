@@ -35,6 +35,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import BrokerFetchError, ConfigurationError
 from .alignment import JAR
+from .connect import FILE_SETTINGS, is_connect
+from .connect_jvm import connect_jvm_write, probe
 from .jvm_settings import java_producer_settings
 from .maven import REPOSITORY_ENV, cache_root, ivy_jar, ivy_settings, java_binary, repository
 from .writers import AUTO_WRITER as AUTO
@@ -49,6 +51,7 @@ __all__ = [
     "WRITERS",
     "check_writer",
     "choose_writer",
+    "connect_files",
     "ensure_on_classpath",
     "jvm_write",
 ]
@@ -80,9 +83,20 @@ def jvm_write(
 
     ``settings`` are the Java producer's (:func:`java_producer_settings`). They reach the
     executors inside the task's function object only, never in the plan's text: its
-    ``toString`` names the topic and the number of ids.
+    ``toString`` names the topic and the number of ids. On Spark Connect the job runs
+    through our jar's DataSource on the server (:mod:`.connect_jvm`).
     """
     spark = prepared.sparkSession
+    if is_connect(spark):
+        return connect_jvm_write(
+            prepared,
+            topics=topics,
+            transactional_ids=transactional_ids,
+            settings=settings,
+            transaction_timeout_ms=transaction_timeout_ms,
+            header_names=header_names,
+            selected=selected,
+        )
     writer = _writer_class(spark)
     jdf = writer.prepare(
         prepared._jdf,
@@ -130,26 +144,46 @@ def choose_writer(
     """(the writer to use, why not the JVM one under ``auto``, the kafka-clients version
     loaded for the JVM writer).
 
-    ``auto`` takes the JVM writer wherever it applies: a classic session (``connect``
-    False) without an ``on_batch`` hook (it runs in Python workers), whose JVM loads our
-    jar and kafka-clients (:func:`ensure_on_classpath`); else the Python writer, and why.
-    An explicit ``jvm`` that cannot load them fails with :func:`ensure_on_classpath`'s error.
+    ``auto`` takes the JVM writer wherever it applies: no ``on_batch`` hook (it runs in
+    Python workers), and a JVM that loads our jar and kafka-clients: on a classic session
+    (``connect`` False) the driver's (:func:`ensure_on_classpath`), on Spark Connect the
+    server's, which must have them on its class path (:func:`.connect_jvm.probe`); else
+    the Python writer, and why. An explicit ``jvm`` that cannot load them fails with the
+    jars it needs.
     """
     writer = check_writer(writer)
     if writer == PYTHON:
         return PYTHON, None, None
     if writer == AUTO:
-        if connect:
-            return PYTHON, "Spark Connect (no py4j to the session's JVM)", None
         if on_batch:
             return PYTHON, "an on_batch hook runs in Python workers", None
         try:
-            return JVM, None, ensure_on_classpath(spark)
+            return JVM, None, _loaded(spark, connect)
         except (ConfigurationError, BrokerFetchError) as exc:
             return PYTHON, f"the JVM writer cannot load here: {exc}", None
     if on_batch:
         raise ConfigurationError("on_batch runs in Python workers: writer='python' only")
-    return JVM, None, ensure_on_classpath(spark)
+    try:
+        return JVM, None, _loaded(spark, connect)
+    except ConfigurationError as exc:
+        if not connect:
+            raise
+        raise ConfigurationError(f"writer='jvm' on Spark Connect: {exc}") from None
+
+
+def connect_files(config: Mapping[str, Any]) -> list[str]:
+    """The settings naming a file on this (Connect client's) machine: the Python writer
+    ships them to the executors as session artifacts, the JVM writer reads its files where
+    the executors run, so on Connect it cannot take them."""
+    return sorted(
+        key
+        for key in FILE_SETTINGS
+        if isinstance(config.get(key), str) and Path(str(config[key])).is_file()
+    )
+
+
+def _loaded(spark: SparkSession, connect: bool) -> str:
+    return probe(spark, KAFKA_CLIENTS) if connect else ensure_on_classpath(spark)
 
 
 def _writer_class(spark: SparkSession) -> Any:

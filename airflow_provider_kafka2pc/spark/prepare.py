@@ -61,6 +61,7 @@ from .jvm_writer import (
     PYTHON,
     check_writer,
     choose_writer,
+    connect_files,
     jvm_write,
     producer_settings,
 )
@@ -197,7 +198,8 @@ def prepare_dataframe(
         here on the driver, after the columns and the topic are checked and before any
         transaction opens.
     :param writer: who writes the transactions: ``"auto"`` (default: the JVM writer on a
-        classic session that loads it, else the Python one), ``"python"`` (confluent-kafka
+        classic session that loads it, or a Spark Connect server that has our jar and
+        kafka-clients on its class path, else the Python one), ``"python"`` (confluent-kafka
         in Spark's Python workers, :mod:`.partition_writer`) or ``"jvm"`` (Kafka's Java
         producer inside the executors, :mod:`.jvm_writer`; no ``on_batch``, no progress
         lines yet). The manifest records the one used (``metadata["writer"]``, and
@@ -230,19 +232,24 @@ def prepare_dataframe(
     writer = check_writer(writer)
     check_partitioning(partitioning, align_with_kafka)
     connect = is_connect(df.sparkSession)
-    if connect and (writer == JVM or partitioning == SOURCE):
-        # Both reach into the session's JVM through py4j, which a Connect client has not.
+    if connect and partitioning == SOURCE:
+        # It reads the plan through py4j, which a Connect client has not.
         raise ConfigurationError(
-            "on Spark Connect the prepare runs with writer='python' and a shuffle; "
-            f"writer={writer!r}, partitioning={partitioning!r} need a classic session "
-            "(spark-submit)"
+            "on Spark Connect the prepare runs with a shuffle; "
+            f"partitioning={partitioning!r} needs a classic session (spark-submit)"
         )
     # Checked and translated before anything opens: an unmappable setting is named now
     # (under auto, it leaves the prepare to the Python writer).
     java_settings, why_not_jvm = None, None
-    if writer == JVM or (writer == AUTO and not connect and on_batch is None):
+    if writer == JVM or (writer == AUTO and on_batch is None):
         try:
             java_settings = producer_settings(producer_config, transaction_timeout_ms)
+            files = connect_files(producer_config) if connect else []
+            if files:
+                raise ConfigurationError(
+                    f"on Spark Connect the JVM writer cannot ship local files ({files}); "
+                    "the Python writer ships them as session artifacts"
+                )
         except ConfigurationError as exc:
             if writer == JVM:
                 raise

@@ -59,8 +59,9 @@ def prepare_remote(spark: Any, argv: Sequence[str], producer_config: Mapping[str
             job_label=args.job_label,
             progress_interval_s=args.progress_interval_s,
             align_with_kafka=args.align_with_kafka,
-            # As the application passes them: what Connect cannot do (the JVM writer, source
-            # splits) is then refused by prepare_dataframe with its reason, never dropped.
+            # As the application passes them: what Connect cannot do (source splits, the
+            # JVM writer on a server without our jar) is refused by prepare_dataframe with
+            # its reason, never dropped.
             wire=wire_options(args),
             writer=args.writer,
             partitioning=requested_partitioning(args),

@@ -32,7 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
 @pytest.mark.parametrize(
     ("option", "reason"),
     [
-        (["--writer", "jvm"], "writer='jvm'"),
+        (["--writer", "jvm"], "writer='jvm' on Spark Connect.*--jars"),
         (["--no-shuffle"], "partitioning='source-splits'"),
         (["--value-format", "{}"], "registry"),
     ],

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +67,11 @@ def _wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: flo
 
 @contextmanager
 def connect_server(
-    directory: Path, *, master: str = "local[2]", timeout: float = 180
+    directory: Path, *, master: str = "local[2]", timeout: float = 180, jars: Sequence[Path] = ()
 ) -> Iterator[ConnectServer]:
     """Start a Connect server (Python workers on this interpreter, an event log, its UI on
-    a free port), yield it once it listens, stop it by the PID we started."""
+    a free port, ``jars`` on its class path), yield it once it listens, stop it by the PID
+    we started."""
     directory.mkdir(parents=True, exist_ok=True)
     events = directory / "events"
     events.mkdir(exist_ok=True)
@@ -107,6 +108,7 @@ def connect_server(
             "spark.sql.shuffle.partitions=4",
             "--conf",
             f"spark.pyspark.python={sys.executable}",
+            *(["--jars", ",".join(str(j) for j in jars)] if jars else []),
         ],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,

@@ -20,8 +20,11 @@ import org.apache.spark.sql.Row;
  * there to librdkafka; here the rows never leave the executor's JVM, as with Spark's own
  * Kafka sink. As that sink does, the tasks read Spark's internal rows (the plan's
  * {@code toRdd}), not {@code Row} objects: a {@code Dataset.mapPartitions} would run a
- * deserializer per record, 7-10% of the write job's task time when profiled. The result rows are the Python writer's (partition, attempt, input_rows,
- * committable JSON), so the driver's checks, the manifest and the ledger are shared.
+ * deserializer per record, 7-10% of the write job's task time when profiled. The result
+ * rows are the Python writer's (partition, attempt, input_rows, committable JSON), so the
+ * driver's checks, the manifest and the ledger are shared. On Spark Connect, where no py4j
+ * reaches the session's JVM, the same transactions are written through the DataSource
+ * {@code kafka2pc} ({@link Kafka2pcSource}).
  */
 public final class JvmWriter {
     private JvmWriter() {
@@ -57,16 +60,17 @@ public final class JvmWriter {
             List<String> headerNames,
             List<Integer> selected) {
         Set<Integer> only = selected == null ? null : new HashSet<>(selected);
-        PartitionWriter writer = new PartitionWriter(
+        PartitionWriter writer = new PartitionWriter(new PrepareSpec(
                 new ArrayList<>(topics),
                 new ArrayList<>(transactionalIds),
                 new HashMap<>(producerSettings),
                 transactionTimeoutMs,
                 new ArrayList<>(headerNames),
                 only,
-                encoded.schema());
+                encoded.schema(),
+                null));
         JavaRDD<Row> results = encoded.queryExecution().toRdd().toJavaRDD()
                 .mapPartitions(writer);
-        return encoded.sparkSession().createDataFrame(results, PartitionWriter.RESULT_SCHEMA);
+        return encoded.sparkSession().createDataFrame(results, PreparedPartition.RESULT_SCHEMA);
     }
 }
