@@ -123,8 +123,8 @@ def test_a_task_failing_mid_write_fails_the_prepare_and_leaves_nothing_open(
     assert [t for t in ongoing if t.transactional_id in ids] == [], said
     for topic in topics:
         totals = audit(protocol, topic).totals
+        # Aborted records may or may not have reached the log before the aborts: not asserted.
         assert totals["committed"] == totals["open"] == totals["non_transactional"] == 0
-        assert totals["aborted"] > 0 or topic == topics[1]
 
 
 def test_auto_on_a_server_without_the_jar_falls_back_to_the_python_writer(
