@@ -246,8 +246,9 @@ def prepare_non_transactional(
     df: Any, *, topic: str, partitions: int, config: dict[str, Any], producer_kind: str
 ) -> int:
     """``prepare_dataframe``'s steps, with :func:`baseline_writer`; returns the rows written."""
+    from airflow_provider_kafka2pc.spark.encoding import partitioned_input
     from airflow_provider_kafka2pc.spark.partition_writer import RESULT_SCHEMA
-    from airflow_provider_kafka2pc.spark.prepare import kafka_alignment, partitioned_input
+    from airflow_provider_kafka2pc.spark.prepare import kafka_alignment
 
     # The topic checked and the rows aligned with Kafka, as prepare_dataframe does by default.
     alignment, _ = kafka_alignment(df.sparkSession, config, topic, partitions, "key")
