@@ -1,6 +1,8 @@
 """``kafka2pc``: the transaction core from the command line.
 
-JSON on stdout; exit 0 only on success.
+JSON on stdout; exit 0 only on success. Over 500 lines: one short function per command and
+one per its arguments, kept together so the command line reads as one table of contents;
+each command's work is in the core it calls.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Every state change is a compare-and-set (``UPDATE ... WHERE state = :expected``)
 database transaction; zero rows means another writer moved first, and a re-read tells a
 lost race (:class:`ConflictError`) from a move that is now illegal
 (:class:`IllegalTransitionError`). See :mod:`.database` for how writers are serialised.
+
+Over 500 lines: every write of the batch and participant state machines is here, one
+method per transition of :mod:`.states`' tables, so that no other module writes the ledger.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ Loss repair re-runs the same prepare with ``repair``: the whole input is partiti
 as before (same ids, same number of partitions), cached, and its per-partition counts are
 compared with the recorded ones BEFORE any transaction opens; only the selected partitions
 write, from the cache.
+
+Over 500 lines on purpose: the steps above are one function's order of work, and its checks
+sit beside the step they guard; the encoding is :mod:`.encoding`, the writers their modules.
 """
 
 from __future__ import annotations
