@@ -31,6 +31,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_kafka2pc.spark.bytecode import prefer_installed_packages
+
+prefer_installed_packages()  # before pyspark's first import: see the module
+
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 

@@ -175,10 +175,12 @@ def describe(
 ) -> SourceSplits:
     """The record of ``prepared`` (``source`` encoded and coalesced), computed by planning
     it (no job runs): its splits, the files' fingerprint and each partition's ranges."""
-    ranges = partition_ranges(prepared)
+    splits = _file_partitions(prepared)
+    ranges = [[file for split in partition for file in split] for partition in splits]
     return SourceSplits(
         settings=dict(settings),
-        splits=_fresh(source)._jdf.queryExecution().toRdd().getNumPartitions(),
+        # Counted on the same walk: planning the source again cost the driver 0.2 s.
+        splits=sum(len(partition) for partition in splits),
         partitions=len(ranges),
         fingerprint=files_fingerprint(source),
         layout=_digest(ranges),
@@ -238,20 +240,21 @@ def files_fingerprint(df: DataFrame) -> str:
     return _digest(entries)
 
 
-def partition_ranges(prepared: DataFrame) -> list[list[list[Any]]]:
-    """Each partition's file ranges ``[path, start, length]``, found by walking the planned
-    RDDs' narrow dependencies down to the file scan; a shuffle on the way is refused."""
+def _file_partitions(prepared: DataFrame) -> list[list[list[list[Any]]]]:
+    """Each partition's source splits (Spark's ``FilePartition``), each a list of its file
+    ranges ``[path, start, length]``, found by walking the planned RDDs' narrow
+    dependencies down to the file scan; a shuffle on the way is refused."""
     spark = prepared.sparkSession
     narrow = spark.sparkContext._jvm.java.lang.Class.forName("org.apache.spark.NarrowDependency")
     rdd = prepared._jdf.queryExecution().toRdd()
-    return [_ranges(rdd, i, narrow) for i in range(rdd.getNumPartitions())]
+    return [_splits(rdd, i, narrow) for i in range(rdd.getNumPartitions())]
 
 
-def _ranges(rdd: Any, index: int, narrow: Any) -> list[list[Any]]:
+def _splits(rdd: Any, index: int, narrow: Any) -> list[list[list[Any]]]:
     partition = rdd.partitions()[index]
     if partition.getClass().getSimpleName() == "FilePartition":
-        return [[str(f.filePath().toString()), f.start(), f.length()] for f in partition.files()]
-    found: list[list[Any]] = []
+        return [[[str(f.filePath().toString()), f.start(), f.length()] for f in partition.files()]]
+    found: list[list[list[Any]]] = []
     dependencies = rdd.dependencies()
     for d in range(dependencies.size()):
         dependency = dependencies.apply(d)
@@ -259,7 +262,7 @@ def _ranges(rdd: Any, index: int, narrow: Any) -> list[list[Any]]:
             raise ConfigurationError("the source-split input has a shuffle: cannot pin it")
         parents = dependency.getParents(index)
         for p in range(parents.size()):
-            found.extend(_ranges(dependency.rdd(), parents.apply(p), narrow))
+            found.extend(_splits(dependency.rdd(), parents.apply(p), narrow))
     return found
 
 

@@ -42,11 +42,15 @@ def test_plain_settings_get_the_python_writers_delivery_bound():
         "request.timeout.ms": "30000",
         "max.block.ms": "30000",
         "batch.size": "1000000",  # librdkafka's default, not Java's 16 KB
+        "retry.backoff.ms": "10",  # initTransactions sleeps one backoff: not Java's 100 ms
     }
     assert (
         java_producer_settings({**BOOTSTRAP, "batch.size": 65536}, TIMEOUT_MS)["batch.size"]
         == "65536"
     )
+    backoff = {**BOOTSTRAP, "retry.backoff.ms": 250, "retry.backoff.max.ms": 5000}
+    assert java_producer_settings(backoff, TIMEOUT_MS)["retry.backoff.ms"] == "250"
+    assert java_producer_settings(backoff, TIMEOUT_MS)["retry.backoff.max.ms"] == "5000"
 
 
 def test_a_short_transaction_timeout_bounds_delivery_as_java_requires():

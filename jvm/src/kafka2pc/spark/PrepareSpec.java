@@ -89,14 +89,14 @@ final class PrepareSpec implements Serializable {
         return props;
     }
 
-    /** The settings the Admin client needs to reach the cluster: connection and security. */
+    /** The settings the Admin client needs to reach the cluster: connection, security, backoff. */
     Properties adminProperties() {
         Properties props = new Properties();
         for (Map.Entry<String, String> e : settings.entrySet()) {
             String key = e.getKey();
             if (key.startsWith("ssl.") || key.startsWith("sasl.") || key.equals("bootstrap.servers")
                     || key.equals("security.protocol") || key.equals("client.id")
-                    || key.equals("request.timeout.ms")) {
+                    || key.equals("request.timeout.ms") || key.startsWith("retry.backoff.")) {
                 props.put(key, e.getValue());
             }
         }
