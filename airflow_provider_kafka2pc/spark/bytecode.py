@@ -3,7 +3,7 @@
 Why: spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's source zip first
 on the Python driver's path. A zip holds no bytecode, so every launch compiles the modules
 it imports from source: importing ``pyspark.sql`` took 0.54 s from the zip and 0.12 s from
-the installed package here (docs/performance.md). Where Spark is pip's pyspark (the
+the installed package here (docs/performance-startup.md). Where Spark is pip's pyspark (the
 package's directory is ``SPARK_HOME``, as in the embedded default and wherever Airflow's
 spark-submit comes from PyPI), the zips are copies of packages already installed beside
 it: the same version, with their ``__pycache__``. Only then are the zips moved behind the

@@ -52,7 +52,7 @@ JAVA_BATCH_BYTES = 1_000_000
 #: The Java clients' first retry backoff unless set (Java's default: 100 ms). Why: the
 #: producer's ``initTransactions()`` finds its coordinator first and then sends
 #: InitProducerId as a retry, after sleeping one backoff; every transaction paid 100 ms
-#: to open, 110-170 ms of a task writing 250,000 rows in 0.6 s (docs/performance.md).
+#: to open, 110-170 ms of a task writing 250,000 rows in 0.6 s (docs/performance-startup.md).
 #: Backoffs still grow exponentially up to ``retry.backoff.max.ms`` (1 s), so a broker
 #: failover is retried about as often as with Java's default.
 JAVA_RETRY_BACKOFF_MS = 10

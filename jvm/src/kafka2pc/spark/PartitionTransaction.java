@@ -5,7 +5,6 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.Producer;
@@ -190,7 +189,6 @@ final class PartitionTransaction {
         private final int timestamp;
         private final int topicColumn;
         private final String topic;
-        private final Set<String> topics;
         /** The export's topics by their bytes: a row's topic is found without decoding it. */
         private final Map<UTF8String, String> topicsByBytes = new HashMap<>();
         private final int[] headers;
@@ -199,7 +197,6 @@ final class PartitionTransaction {
         Columns(StructType schema, List<String> headerNames, List<String> exportTopics) {
             topicColumn = List.of(schema.fieldNames()).indexOf(TOPIC);
             topic = exportTopics.get(0);
-            topics = Set.copyOf(exportTopics);
             for (String name : exportTopics) {
                 topicsByBytes.put(UTF8String.fromString(name), name);
             }
@@ -225,7 +222,7 @@ final class PartitionTransaction {
                 topic = named == null ? null : topicsByBytes.get(named);
                 if (topic == null) { // the driver's map stage refuses these first
                     throw new IllegalStateException("a row goes to topic " + named
-                            + ", not among the export's " + topics);
+                            + ", not among the export's " + topicsByBytes.values());
                 }
             }
             // getBinary copies: the producer keeps the arrays until the batch is sent.
