@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.spark import APPLICATION
+from airflow_provider_kafka2pc.spark.class_sharing import driver_archive
 from airflow_provider_kafka2pc.spark.job import (
     private_config_file,
     spark_submit_binary,
@@ -55,20 +56,25 @@ def _run(
 ) -> subprocess.CompletedProcess[str]:
     writer = args[list(args).index("--writer") + 1] if "--writer" in args else AUTO_WRITER
     settings = with_project_jar(defaults.spark_conf(LOCAL_CONF, dict(conf or {})), writer)
-    command = [spark_submit_binary(), "--master", master]
-    for key, value in settings.items():
-        command += ["--conf", f"{key}={value}"]
+    binary = spark_submit_binary()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     stderr = log_path.open("w") if log_path else subprocess.DEVNULL
     try:
-        return subprocess.run(
-            [*command, APPLICATION, *args],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-        )
+        with driver_archive(settings, binary) as archive:
+            command = [binary, "--master", master]
+            for key, value in archive.conf.items():
+                command += ["--conf", f"{key}={value}"]
+            done = subprocess.run(
+                [*command, APPLICATION, *args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+            )
+            if done.returncode == 0:
+                archive.publish()
+        return done
     finally:
         if log_path:
             stderr.close()

@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..ledger import Batch, Participant
 from ..spark import APPLICATION
+from ..spark.class_sharing import driver_archive
 from ..spark.job import (
     local_path,
     repair_arguments,
@@ -183,20 +184,36 @@ class SparkJobHook(BaseHook):
                 str(config_path),
                 *per_run[2:],
             ]
-            # A fresh hook per run: it is built from this run's arguments.
-            self._running = self.submit_hook(application_args)
-            compat.submit_and_wait(self._running, self.application)
+            conf = with_project_jar(defaults.spark_conf(job.conf_dict()), job.writer)
+            extra = spark_extra(job.spark_conn_id)
+            submit = job.submit_dict()
+            binary = (
+                submit.get("spark_binary") or extra.get("spark-binary") or spark_submit_binary()
+            )
+            deploy_mode = submit.get("deploy_mode") or extra.get("deploy-mode")
+            with driver_archive(conf, binary, deploy_mode=deploy_mode) as archive:
+                # A fresh hook per run: it is built from this run's arguments.
+                self._running = self.submit_hook(application_args, archive.conf)
+                compat.submit_and_wait(self._running, self.application)
+                archive.publish()
 
-    def submit_hook(self, application_args: list[str]) -> SparkSubmitHook:
-        """The Spark provider's hook for one spark-submit of the application, built afresh."""
+    def submit_hook(
+        self, application_args: list[str], conf: dict[str, str] | None = None
+    ) -> SparkSubmitHook:
+        """The Spark provider's hook for one spark-submit of the application, built afresh.
+
+        :param conf: its Spark settings; default: the job's, with the project's jar.
+        """
         job = self.job
         submit = job.submit_dict()
         if submit.get("spark_binary") is None and "spark-binary" not in spark_extra(
             job.spark_conn_id
         ):
             submit["spark_binary"] = spark_submit_binary()
+        if conf is None:
+            conf = with_project_jar(defaults.spark_conf(job.conf_dict()), job.writer)
         return SparkSubmitHook(
-            conf=with_project_jar(defaults.spark_conf(job.conf_dict()), job.writer),
+            conf=conf,
             conn_id=job.spark_conn_id,
             name=job.name,
             application_args=application_args,

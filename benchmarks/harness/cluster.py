@@ -71,6 +71,8 @@ class Cluster:
                 data_dir=data_dir,
                 config={**BROKER_CONFIG, **(broker_config or {})},
                 heap_mb=heap_mb,
+                # As kafka-server-start.sh starts it (-Xms1G -Xmx1G): see KafkaBroker.
+                whole_heap=True,
             )
         )
         self.version = kafka_version if self._broker else "external"

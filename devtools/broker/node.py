@@ -154,6 +154,11 @@ class KafkaBroker:
     :param port: client port; a free one (or the one this data directory used) when None.
     :param config: broker settings over :data:`BASE_CONFIG`.
     :param heap_mb: the JVM's maximum heap.
+    :param whole_heap: start with the whole heap committed (``-Xms`` = ``-Xmx``), as Apache
+        Kafka's ``kafka-server-start.sh`` does. Benchmarks want it: with a small committed
+        heap, G1 starts a concurrent cycle at each humongous allocation (a produce request
+        over half a 1 MB region), so the broker's GC depends on its clients' request sizes
+        in a way no production broker shows (docs/performance.md). Tests keep a small heap.
     :param sasl_users: user -> password; adds a SASL_PLAINTEXT listener with
         SCRAM-SHA-512 (credentials stored at format time, so give them on first start).
     :param advertised_port: the client port to advertise instead of the real one, for a
@@ -179,6 +184,7 @@ class KafkaBroker:
         port: int | None = None,
         config: Mapping[str, str] | None = None,
         heap_mb: int = 768,
+        whole_heap: bool = False,
         cache_dir: Path | None = None,
         sasl_users: Mapping[str, str] | None = None,
         advertised_port: int | None = None,
@@ -204,6 +210,7 @@ class KafkaBroker:
         self._requested_port = port
         self._config = dict(config or {})
         self._heap_mb = heap_mb
+        self._whole_heap = whole_heap
         self._cache_dir = cache_dir
         self._process: subprocess.Popen[bytes] | None = None
         self._logged_before = 0
@@ -459,9 +466,12 @@ class KafkaBroker:
         return [
             java_binary(),
             f"-Xmx{self._heap_mb}m",
-            "-Xms128m",
+            f"-Xms{self._heap_mb if self._whole_heap else 128}m",
+            # kafka-run-class.sh's GC settings.
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExplicitGCInvokesConcurrent",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",

@@ -31,7 +31,7 @@ class SpyPrepare(SparkKafkaPrepareOperator):
         hook = super().spark_hook(job, kafka)
         build = hook.submit_hook
 
-        def spy(args):  # SparkJobHook builds Spark's hook right before submitting
+        def spy(args, conf=None):  # SparkJobHook builds Spark's hook right before submitting
             path = Path(args[args.index("--kafka-config-file") + 1])
             SpyPrepare.seen.update(
                 args=list(args),
@@ -40,7 +40,7 @@ class SpyPrepare(SparkKafkaPrepareOperator):
                 mode=stat.S_IMODE(path.stat().st_mode),
                 settings=json.loads(path.read_text()),
             )
-            return build(args)
+            return build(args, conf)
 
         hook.submit_hook = spy
         return hook

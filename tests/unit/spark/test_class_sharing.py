@@ -1,0 +1,143 @@
+"""spark/class_sharing.py: which Java options a driver gets, and when an archive is published.
+
+The JVM's side (a written archive is mapped by the next run) is proven with a real
+spark-submit in tests/integration/test_class_sharing.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_kafka2pc.spark import class_sharing
+from airflow_provider_kafka2pc.spark.class_sharing import (
+    DRIVER_OPTIONS,
+    archive_name,
+    driver_archive,
+)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Java runtime with a base archive, and the cache in tmp_path."""
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "java").write_text("")
+    (home / "lib" / "server").mkdir(parents=True)
+    (home / "lib" / "server" / "classes.jsa").write_bytes(b"base")
+    (home / "lib" / "modules").write_bytes(b"modules")
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark"))
+    monkeypatch.delenv(class_sharing.SWITCH_ENV, raising=False)
+    (tmp_path / "spark" / "jars").mkdir(parents=True)
+    (tmp_path / "spark" / "jars" / "spark-core.jar").write_bytes(b"jar")
+    return home
+
+
+def _options(conf: dict[str, str]) -> list[str]:
+    return conf.get(DRIVER_OPTIONS, "").split()
+
+
+def test_the_first_run_writes_the_archive_and_publishes_it_on_success(runtime: Path) -> None:
+    with driver_archive({}, "spark-submit") as archive:
+        first = _options(archive.conf)[0]
+        assert first.startswith("-XX:ArchiveClassesAtExit=")
+        writing = Path(first.split("=", 1)[1])
+        writing.write_bytes(b"archive")  # what the JVM writes as it exits
+        archive.publish()
+    published = list(class_sharing.archive_dir().glob("spark-driver-*.jsa"))
+    assert [p.read_bytes() for p in published] == [b"archive"]
+    assert not writing.exists()
+
+    with driver_archive({}, "spark-submit") as archive:
+        assert _options(archive.conf)[0] == f"-XX:SharedArchiveFile={published[0]}"
+
+
+def test_a_failed_run_publishes_nothing_and_leaves_nothing(runtime: Path) -> None:
+    with pytest.raises(RuntimeError), driver_archive({}, "spark-submit") as archive:
+        writing = Path(_options(archive.conf)[0].split("=", 1)[1])
+        writing.write_bytes(b"partial")
+        raise RuntimeError("spark-submit failed")
+    assert list(class_sharing.archive_dir().iterdir()) == []
+
+    with driver_archive({}, "spark-submit") as archive:  # not published: written again
+        assert _options(archive.conf)[0].startswith("-XX:ArchiveClassesAtExit=")
+
+
+def test_the_users_java_options_follow_ours(runtime: Path) -> None:
+    conf = {DRIVER_OPTIONS: "-Dx=1 -Xlog:gc:file=/tmp/gc.log"}
+    with driver_archive(conf, "spark-submit") as archive:
+        options = _options(archive.conf)
+    assert options[1:4] == list(class_sharing._LOGGING)
+    assert options[-2:] == ["-Dx=1", "-Xlog:gc:file=/tmp/gc.log"]
+    assert conf == {DRIVER_OPTIONS: "-Dx=1 -Xlog:gc:file=/tmp/gc.log"}  # not changed
+
+
+@pytest.mark.parametrize(
+    ("conf", "deploy_mode", "switch"),
+    [
+        ({DRIVER_OPTIONS: "-Xshare:off"}, None, None),
+        ({DRIVER_OPTIONS: "-XX:SharedArchiveFile=/opt/mine.jsa"}, None, None),
+        ({}, "cluster", None),  # the driver runs elsewhere: the path means nothing there
+        ({}, None, "false"),
+    ],
+)
+def test_left_alone_when_the_user_chose_or_the_driver_is_remote(
+    runtime: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    conf: dict[str, str],
+    deploy_mode: str | None,
+    switch: str | None,
+) -> None:
+    if switch is not None:
+        monkeypatch.setenv(class_sharing.SWITCH_ENV, switch)
+    with driver_archive(conf, "spark-submit", deploy_mode=deploy_mode) as archive:
+        assert archive.conf == conf
+        archive.publish()
+    assert not class_sharing.archive_dir().exists()
+
+
+def test_a_runtime_without_a_base_archive_gets_none(runtime: Path) -> None:
+    (runtime / "lib" / "server" / "classes.jsa").unlink()
+    with driver_archive({}, "spark-submit") as archive:
+        assert archive.conf == {}
+
+
+def test_the_name_follows_the_runtime_the_jars_and_the_class_path(
+    runtime: Path, tmp_path: Path
+) -> None:
+    jars = tmp_path / "spark" / "jars"
+    name = archive_name(runtime, jars, "")
+    assert name == archive_name(runtime, jars, "")
+    assert archive_name(runtime, jars, str(tmp_path / "extra.jar")) != name
+    (jars / "another.jar").write_bytes(b"jar")
+    assert archive_name(runtime, jars, "") != name
+    (runtime / "lib" / "modules").write_bytes(b"an upgraded runtime")
+    assert archive_name(runtime, jars, str(tmp_path / "extra.jar")) != name
+
+
+def test_publishing_prunes_archives_unused_for_two_weeks(runtime: Path) -> None:
+    directory = class_sharing.archive_dir()
+    directory.mkdir(parents=True)
+    old, recent = directory / "spark-driver-old.jsa", directory / "spark-driver-recent.jsa"
+    for path in (old, recent):
+        path.write_bytes(b"x")
+    weeks_ago = time.time() - class_sharing.UNUSED_FOR_S - 60
+    os.utime(old, (weeks_ago, weeks_ago))
+    with driver_archive({}, "spark-submit") as archive:
+        Path(_options(archive.conf)[0].split("=", 1)[1]).write_bytes(b"archive")
+        archive.publish()
+    assert not old.exists()
+    assert recent.exists()
+
+
+def test_a_path_with_spaces_is_one_option(runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(runtime.parent / "my cache"))
+    with driver_archive({}, "spark-submit") as archive:
+        options = archive.conf[DRIVER_OPTIONS]
+    assert options.startswith('"-XX:ArchiveClassesAtExit=')
+    assert f"{runtime.parent / 'my cache'}" in options
