@@ -191,7 +191,9 @@ class SparkJobHook(BaseHook):
                 submit.get("spark_binary") or extra.get("spark-binary") or spark_submit_binary()
             )
             deploy_mode = submit.get("deploy_mode") or extra.get("deploy-mode")
-            with driver_archive(conf, binary, deploy_mode=deploy_mode) as archive:
+            with driver_archive(
+                conf, binary, deploy_mode=deploy_mode, properties_file=submit.get("properties_file")
+            ) as archive:
                 # A fresh hook per run: it is built from this run's arguments.
                 self._running = self.submit_hook(application_args, archive.conf)
                 compat.submit_and_wait(self._running, self.application)

@@ -1,11 +1,14 @@
 """The prepare's driver JVM starts from an application class-data-sharing archive (AppCDS).
 
-Why: a spark-submit driver loads, parses and verifies some 15,000 classes before the first
-job, and that was most of the 6.5 s Spark took to reach its first job where PyFlink takes
-2.9 s (docs/performance-startup.md). A JVM started from an archive of those classes maps
-them instead. The first run on a machine writes the archive as its JVM exits
-(``-XX:ArchiveClassesAtExit``, JDK 13+; Spark 4 needs Java 17); every later run maps it
-(``-XX:SharedArchiveFile``).
+Why: a prepare's spark-submit JVM loads, parses and verifies some 21,500 classes, and that
+was most of the 6.5 s Spark took to reach its first job where PyFlink takes 2.9 s
+(docs/performance-startup.md). A JVM started from an archive of the classes an earlier run
+loaded maps them instead (14,900 of them in the test's third run).
+
+The first run on a machine leaves a trace in the cache; the second, finding it, writes
+the archive as its JVM exits (``-XX:ArchiveClassesAtExit``, JDK 13+; Spark 4 needs Java
+17); every later run maps it (``-XX:SharedArchiveFile``). Writing costs its run about 16 s,
+once; a cache that does not outlive a run (a Kubernetes pod's) never gets past the trace.
 
 The JVM checks an archive against its own runtime and class path, and runs without it
 (a warning on stderr) when they differ. So that two configurations on one machine do not
@@ -60,14 +63,43 @@ def java_home(java: str) -> Path:
     return Path(os.path.realpath(java)).parent.parent
 
 
-def spark_jars(spark_binary: str) -> Path:
-    """Spark's jars directory, as spark-submit finds its home: $SPARK_HOME, else the
-    directory the (resolved) spark-submit sits in."""
+def spark_home(spark_binary: str) -> Path:
+    """Spark's home as spark-submit finds it: $SPARK_HOME, else where the (resolved)
+    spark-submit sits."""
     home = os.environ.get("SPARK_HOME")
     if home:
-        return Path(home) / "jars"
+        return Path(home)
     found = shutil.which(spark_binary) or spark_binary
-    return Path(os.path.realpath(found)).parent.parent / "jars"
+    return Path(os.path.realpath(found)).parent.parent
+
+
+def spark_jars(spark_binary: str) -> Path:
+    return spark_home(spark_binary) / "jars"
+
+
+def defaults_file_value(spark_binary: str, key: str, properties_file: str | None = None) -> str:
+    """``key`` in the properties file spark-submit reads (``properties_file``, else
+    ``$SPARK_CONF_DIR/spark-defaults.conf``), or "". Why: a ``--conf`` replaces the file's
+    value, so options added to the driver's must start from it, not drop it."""
+    if properties_file:
+        path = Path(properties_file)
+    else:
+        conf_dir = os.environ.get("SPARK_CONF_DIR")
+        path = Path(conf_dir) if conf_dir else spark_home(spark_binary) / "conf"
+        path = path / "spark-defaults.conf"
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    for line in lines:
+        text = line.strip()
+        if not text or text[0] in "#!":
+            continue
+        # Java properties: the key ends at the first blank, "=" or ":".
+        end = next((i for i, c in enumerate(text) if c in " \t=:"), len(text))
+        if text[:end] == key:
+            return text[end:].lstrip(" \t").removeprefix("=").removeprefix(":").strip()
+    return ""
 
 
 def _stat(path: Path) -> str:
@@ -114,14 +146,17 @@ class DriverArchive:
             _prune(final.parent, keep=final)
 
 
-@contextmanager
-def driver_archive(
-    conf: Mapping[str, str], spark_binary: str, *, deploy_mode: str | None = None
-) -> Iterator[DriverArchive]:
-    """``conf`` with the driver's archive options: map the archive when it exists, else
-    write it as the driver exits. What a run wrote and did not publish is removed."""
-    out = dict(conf)
-    options = out.get(DRIVER_OPTIONS, "")
+def _archive_for(
+    conf: Mapping[str, str],
+    spark_binary: str,
+    deploy_mode: str | None = None,
+    properties_file: str | None = None,
+) -> tuple[Path | None, str]:
+    """(the archive this driver would map, the user's driver options), or (None, ...) where
+    no archive applies."""
+    options = conf.get(DRIVER_OPTIONS) or defaults_file_value(
+        spark_binary, DRIVER_OPTIONS, properties_file
+    )
     try:
         runtime = java_home(java_binary()) if enabled() else None
     except ConfigurationError:  # no Java: spark-submit says so itself
@@ -133,19 +168,62 @@ def driver_archive(
         # No base archive (a JDK built without one): a dynamic archive cannot be written.
         or not (runtime / "lib" / "server" / "classes.jsa").is_file()
     ):
+        return None, options
+    name = archive_name(runtime, spark_jars(spark_binary), conf.get(DRIVER_CLASS_PATH, ""))
+    return archive_dir() / name, options
+
+
+def _seen(final: Path) -> Path:
+    """Left by a run that found no archive: the next run that finds it knows the cache
+    outlives a run, and writes the archive."""
+    return final.with_name(f".{final.stem}.seen")
+
+
+def runs_until_mapped(conf: Mapping[str, str], spark_binary: str) -> int:
+    """How many runs from now the driver is first started from its archive: 0 (it is, or no
+    archive applies), 1 (the next run writes it) or 2 (the next one finds no trace yet)."""
+    final, _ = _archive_for(conf, spark_binary)
+    if final is None or final.is_file():
+        return 0
+    return 1 if _seen(final).is_file() else 2
+
+
+@contextmanager
+def driver_archive(
+    conf: Mapping[str, str],
+    spark_binary: str,
+    *,
+    deploy_mode: str | None = None,
+    properties_file: str | None = None,
+) -> Iterator[DriverArchive]:
+    """``conf`` with the driver's archive options: map the archive when it exists; else, if
+    an earlier run left its trace (the cache outlives a run), write it as the driver exits;
+    else leave the trace and add nothing. What a run wrote and did not publish is removed.
+
+    Why the trace: writing costs its run about 16 s once (docs/performance-startup.md). A
+    worker whose cache is gone after each task (a Kubernetes pod) would pay it every time
+    and never gain; it never gets past leaving traces.
+
+    :param properties_file: spark-submit's ``--properties-file``, if given: the driver's
+        options there (else in ``spark-defaults.conf``) are kept after ours.
+    """
+    out = dict(conf)
+    final, options = _archive_for(conf, spark_binary, deploy_mode, properties_file)
+    if final is None:
         yield DriverArchive(out, None, None)
         return
-    directory = archive_dir()
-    jars = spark_jars(spark_binary)
-    final = directory / archive_name(runtime, jars, out.get(DRIVER_CLASS_PATH, ""))
     writing: Path | None = None
     if final.is_file():
         os.utime(final)  # its last use, for pruning
         first = f"-XX:SharedArchiveFile={final}"
-    else:
-        directory.mkdir(parents=True, exist_ok=True)
-        writing = directory / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
+    elif _seen(final).is_file():
+        writing = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
         first = f"-XX:ArchiveClassesAtExit={writing}"
+    else:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _seen(final).touch()
+        yield DriverArchive(out, None, None)
+        return
     # Ours first: the user's own -Xlog options, after them, still apply.
     out[DRIVER_OPTIONS] = " ".join([_quoted(first), *_LOGGING, options]).strip()
     try:
@@ -162,6 +240,7 @@ def _prune(directory: Path, keep: Path) -> None:
     # A run killed while it wrote leaves its temporary file (a day is longer than any run).
     stale = [(p, now - UNUSED_FOR_S) for p in directory.glob("spark-driver-*.jsa")]
     stale += [(p, now - 24 * 3600) for p in directory.glob(".spark-driver-*.tmp")]
+    stale += [(p, now - UNUSED_FOR_S) for p in directory.glob(".spark-driver-*.seen")]
     for path, cutoff in stale:
         try:
             if path != keep and path.stat().st_mtime < cutoff:

@@ -15,6 +15,8 @@ from airflow_provider_kafka2pc import version_compat
 from airflow_provider_kafka2pc.export import export_asset
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
+from airflow_provider_kafka2pc.spark.class_sharing import runs_until_mapped
+from airflow_provider_kafka2pc.spark.job import spark_submit_binary
 from airflow_provider_kafka2pc.version_compat import HAS_TASK_STATE_STORE
 from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once
@@ -39,6 +41,7 @@ class SpyPrepare(SparkKafkaPrepareOperator):
                 path=path,
                 mode=stat.S_IMODE(path.stat().st_mode),
                 settings=json.loads(path.read_text()),
+                submitted=dict(conf or {}),
             )
             return build(args, conf)
 
@@ -74,6 +77,7 @@ def test_happy_path_commits_exactly_once_without_leaking_secrets(
         prepare_kwargs={"writer": writer},
     )
 
+    archive_before = runs_until_mapped({}, spark_submit_binary())
     result = run_export(dag, day=1)
 
     assert result.state == "success", result
@@ -115,6 +119,13 @@ def test_happy_path_commits_exactly_once_without_leaking_secrets(
     assert seen["mode"] == 0o600 and not seen["path"].exists()
     assert secret not in json.dumps([seen["args"], seen["conf"]])
     assert batch.spark_job["writer"] == writer and secret not in json.dumps(batch.spark_job)
+    # The driver JVM maps the class-data-sharing archive once one is written (another test
+    # worker may write it meanwhile: the state only moves forward).
+    driver_options = seen["submitted"].get("spark.driver.extraJavaOptions", "")
+    if archive_before == 0:
+        assert "-XX:SharedArchiveFile=" in driver_options
+    elif archive_before == 1:
+        assert "ArchiveClassesAtExit=" in driver_options or "SharedArchiveFile=" in driver_options
     # ... and nowhere in XCom, the task logs, or Airflow's metadata DB.
     xcoms = [result.xcom(t) for t in ("prepare", "commit")] + [verdict]
     assert secret not in json.dumps(xcoms)

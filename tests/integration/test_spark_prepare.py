@@ -542,17 +542,18 @@ def test_spark_submit_local_then_commit_from_another_process(
     assert_rows_once(protocol, bootstrap, topic, batch, ROWS, aborted=0)
 
 
-def test_the_driver_maps_the_class_archive_its_first_run_wrote(
+def test_the_driver_maps_the_class_archive_an_earlier_run_wrote(
     bootstrap, protocol, make_topic, tmp_path, monkeypatch
 ):
-    """spark/class_sharing.py with a real spark-submit: the first run's driver JVM writes
-    the archive as it exits, the second maps it (the JVM's class-load log says where each
-    class came from), and both runs still prepare every row exactly once."""
+    """spark/class_sharing.py with a real spark-submit: the first run leaves a trace, the
+    second's driver JVM writes the archive as it exits, the third maps it (the JVM's
+    class-load log says where each class came from), and every run prepares every row
+    exactly once."""
     monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(tmp_path / "cache"))
     source_path = write_parquet(tmp_path / "source.parquet", ROWS)
     archives = tmp_path / "cache" / "class-sharing"
     loaded_from: list[str] = []
-    for run in ("first", "second"):
+    for run, archived in (("first", 0), ("second", 1), ("third", 1)):
         topic, manifest = make_topic(2), tmp_path / f"{run}.json"
         classes = tmp_path / f"{run}-classes.log"
         done = spark_submit_prepare(
@@ -567,18 +568,18 @@ def test_the_driver_maps_the_class_archive_its_first_run_wrote(
         )
         assert done.returncode == 0, (tmp_path / f"{run}.log").read_text()[-3000:]
         assert last_json(done.stdout)["source_rows"] == ROWS
-        assert len(list(archives.glob("spark-driver-*.jsa"))) == 1
+        assert len(list(archives.glob("spark-driver-*.jsa"))) == archived
         assert not list(archives.glob(".*.tmp"))
         loaded_from.append(classes.read_text())
         batch = Manifest.from_json(manifest.read_text())
         committed = cli("commit", "-b", bootstrap, str(manifest))
         assert committed.returncode == 0, committed.stdout + committed.stderr
         assert_rows_once(protocol, bootstrap, topic, batch, ROWS, aborted=0)
-    first, second = (text.count("source: shared objects file (top)") for text in loaded_from)
-    assert first == 0
-    # Spark's driver classes (some 15,000; Spark's own and Scala's among them) come mapped.
-    assert second > 5_000, second
-    assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded_from[1]
+    mapped = [text.count("source: shared objects file (top)") for text in loaded_from]
+    assert mapped[:2] == [0, 0]
+    # Spark's driver classes (Spark's own and Scala's among them) come mapped.
+    assert mapped[2] > 5_000, mapped
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded_from[2]
 
 
 def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):

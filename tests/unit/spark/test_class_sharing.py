@@ -42,7 +42,17 @@ def _options(conf: dict[str, str]) -> list[str]:
     return conf.get(DRIVER_OPTIONS, "").split()
 
 
-def test_the_first_run_writes_the_archive_and_publishes_it_on_success(runtime: Path) -> None:
+def _first_run(conf: dict[str, str] | None = None) -> None:
+    """The first run: it leaves its trace and adds nothing."""
+    assert class_sharing.runs_until_mapped(conf or {}, "spark-submit") == 2
+    with driver_archive(conf or {}, "spark-submit") as archive:
+        assert archive.conf == (conf or {})
+        archive.publish()
+    assert class_sharing.runs_until_mapped(conf or {}, "spark-submit") == 1
+
+
+def test_the_second_run_writes_the_archive_and_publishes_it_on_success(runtime: Path) -> None:
+    _first_run()
     with driver_archive({}, "spark-submit") as archive:
         first = _options(archive.conf)[0]
         assert first.startswith("-XX:ArchiveClassesAtExit=")
@@ -52,17 +62,20 @@ def test_the_first_run_writes_the_archive_and_publishes_it_on_success(runtime: P
     published = list(class_sharing.archive_dir().glob("spark-driver-*.jsa"))
     assert [p.read_bytes() for p in published] == [b"archive"]
     assert not writing.exists()
+    assert class_sharing.runs_until_mapped({}, "spark-submit") == 0
 
     with driver_archive({}, "spark-submit") as archive:
         assert _options(archive.conf)[0] == f"-XX:SharedArchiveFile={published[0]}"
 
 
 def test_a_failed_run_publishes_nothing_and_leaves_nothing(runtime: Path) -> None:
+    _first_run()
     with pytest.raises(RuntimeError), driver_archive({}, "spark-submit") as archive:
         writing = Path(_options(archive.conf)[0].split("=", 1)[1])
         writing.write_bytes(b"partial")
         raise RuntimeError("spark-submit failed")
-    assert list(class_sharing.archive_dir().iterdir()) == []
+    assert not list(class_sharing.archive_dir().glob("*.jsa"))
+    assert not list(class_sharing.archive_dir().glob("*.tmp"))
 
     with driver_archive({}, "spark-submit") as archive:  # not published: written again
         assert _options(archive.conf)[0].startswith("-XX:ArchiveClassesAtExit=")
@@ -70,6 +83,7 @@ def test_a_failed_run_publishes_nothing_and_leaves_nothing(runtime: Path) -> Non
 
 def test_the_users_java_options_follow_ours(runtime: Path) -> None:
     conf = {DRIVER_OPTIONS: "-Dx=1 -Xlog:gc:file=/tmp/gc.log"}
+    _first_run(conf)
     with driver_archive(conf, "spark-submit") as archive:
         options = _options(archive.conf)
     assert options[1:4] == list(class_sharing._LOGGING)
@@ -95,16 +109,18 @@ def test_left_alone_when_the_user_chose_or_the_driver_is_remote(
 ) -> None:
     if switch is not None:
         monkeypatch.setenv(class_sharing.SWITCH_ENV, switch)
-    with driver_archive(conf, "spark-submit", deploy_mode=deploy_mode) as archive:
-        assert archive.conf == conf
-        archive.publish()
+    for _ in range(2):
+        with driver_archive(conf, "spark-submit", deploy_mode=deploy_mode) as archive:
+            assert archive.conf == conf
+            archive.publish()
     assert not class_sharing.archive_dir().exists()
 
 
 def test_a_runtime_without_a_base_archive_gets_none(runtime: Path) -> None:
     (runtime / "lib" / "server" / "classes.jsa").unlink()
-    with driver_archive({}, "spark-submit") as archive:
-        assert archive.conf == {}
+    for _ in range(2):
+        with driver_archive({}, "spark-submit") as archive:
+            assert archive.conf == {}
 
 
 def test_the_name_follows_the_runtime_the_jars_and_the_class_path(
@@ -128,6 +144,7 @@ def test_publishing_prunes_archives_unused_for_two_weeks(runtime: Path) -> None:
         path.write_bytes(b"x")
     weeks_ago = time.time() - class_sharing.UNUSED_FOR_S - 60
     os.utime(old, (weeks_ago, weeks_ago))
+    _first_run()
     with driver_archive({}, "spark-submit") as archive:
         Path(_options(archive.conf)[0].split("=", 1)[1]).write_bytes(b"archive")
         archive.publish()
@@ -137,7 +154,42 @@ def test_publishing_prunes_archives_unused_for_two_weeks(runtime: Path) -> None:
 
 def test_a_path_with_spaces_is_one_option(runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(runtime.parent / "my cache"))
+    _first_run()
     with driver_archive({}, "spark-submit") as archive:
         options = archive.conf[DRIVER_OPTIONS]
     assert options.startswith('"-XX:ArchiveClassesAtExit=')
     assert f"{runtime.parent / 'my cache'}" in options
+
+
+def test_the_driver_options_of_spark_defaults_are_kept_after_ours(
+    runtime: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``--conf`` replaces spark-defaults.conf's value: ours must start from it."""
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        "# site settings\n"
+        "spark.driver.memory  2g\n"
+        "spark.driver.extraJavaOptions  -Djava.security.krb5.conf=/etc/krb5.conf -Dx=1\n"
+    )
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    _first_run()
+    with driver_archive({}, "spark-submit") as archive:
+        options = _options(archive.conf)
+    assert options[-2:] == ["-Djava.security.krb5.conf=/etc/krb5.conf", "-Dx=1"]
+    # The job's own setting wins over the file, as spark-submit's --conf does.
+    with driver_archive({DRIVER_OPTIONS: "-Dy=2"}, "spark-submit") as archive:
+        assert _options(archive.conf)[-1] == "-Dy=2"
+    # A file that already chooses how classes are shared: nothing added.
+    (conf_dir / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions=-Xshare:off\n")
+    with driver_archive({}, "spark-submit") as archive:
+        assert archive.conf == {}
+
+
+def test_a_cache_gone_after_each_run_never_pays_for_writing(runtime: Path) -> None:
+    """A worker whose cache does not outlive a task (a Kubernetes pod) only leaves traces."""
+    import shutil
+
+    for _ in range(3):
+        _first_run()
+        shutil.rmtree(class_sharing.archive_dir())
