@@ -199,12 +199,11 @@ class SparkJobHook(BaseHook):
                 compat.submit_and_wait(self._running, self.application)
                 archive.publish()
 
-    def submit_hook(
-        self, application_args: list[str], conf: dict[str, str] | None = None
-    ) -> SparkSubmitHook:
+    def submit_hook(self, application_args: list[str], conf: dict[str, str]) -> SparkSubmitHook:
         """The Spark provider's hook for one spark-submit of the application, built afresh.
 
-        :param conf: its Spark settings; default: the job's, with the project's jar.
+        :param conf: its Spark settings (:meth:`run`'s: the job's, the project's jar, the
+            driver archive's options).
         """
         job = self.job
         submit = job.submit_dict()
@@ -212,8 +211,6 @@ class SparkJobHook(BaseHook):
             job.spark_conn_id
         ):
             submit["spark_binary"] = spark_submit_binary()
-        if conf is None:
-            conf = with_project_jar(defaults.spark_conf(job.conf_dict()), job.writer)
         return SparkSubmitHook(
             conf=conf,
             conn_id=job.spark_conn_id,

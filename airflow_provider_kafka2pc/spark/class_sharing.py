@@ -235,7 +235,7 @@ def driver_archive(
 
 def _prune(directory: Path, keep: Path) -> None:
     """Remove archives unused for :data:`UNUSED_FOR_S` (an upgraded JDK or Spark leaves its
-    old archive behind; each is some 140 MB)."""
+    old archive behind; each is some 180 MB)."""
     now = time.time()
     # A run killed while it wrote leaves its temporary file (a day is longer than any run).
     stale = [(p, now - UNUSED_FOR_S) for p in directory.glob("spark-driver-*.jsa")]

@@ -33,7 +33,7 @@ class SpyPrepare(SparkKafkaPrepareOperator):
         hook = super().spark_hook(job, kafka)
         build = hook.submit_hook
 
-        def spy(args, conf=None):  # SparkJobHook builds Spark's hook right before submitting
+        def spy(args, conf):  # SparkJobHook builds Spark's hook right before submitting
             path = Path(args[args.index("--kafka-config-file") + 1])
             SpyPrepare.seen.update(
                 args=list(args),
@@ -41,7 +41,7 @@ class SpyPrepare(SparkKafkaPrepareOperator):
                 path=path,
                 mode=stat.S_IMODE(path.stat().st_mode),
                 settings=json.loads(path.read_text()),
-                submitted=dict(conf or {}),
+                submitted=dict(conf),
             )
             return build(args, conf)
 

@@ -42,7 +42,7 @@ class SpyPrepare(SparkKafkaPrepareOperator):
         hook = super().spark_hook(job, kafka)
         build = hook.submit_hook
 
-        def spy(args, conf=None):  # SparkJobHook builds Spark's hook right before submitting
+        def spy(args, conf):  # SparkJobHook builds Spark's hook right before submitting
             path = Path(args[args.index("--registry-config-file") + 1])
             SpyPrepare.seen.update(
                 args=list(args),

@@ -81,7 +81,7 @@ def spark_dies(fault_dir: str, kind: str, partition: int) -> type:
             hook = super().spark_hook(job, kafka)
             hook.application = FAULT_APP
             build = hook.submit_hook
-            hook.submit_hook = lambda args, conf=None: build([*fault, "--", *args], conf)
+            hook.submit_hook = lambda args, conf: build([*fault, "--", *args], conf)
             return hook
 
     return SparkDiesPrepare
