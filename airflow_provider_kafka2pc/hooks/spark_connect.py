@@ -10,7 +10,7 @@ runs the prepare application on such a session (:func:`prepare_on_connect`, call
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ..spark.connect import remote_session
 from ..utils.connections import require_connection
 
 if TYPE_CHECKING:
+    from ..spark.export_spec import ExportSpec
     from .kafka2pc import Kafka2pcHook
 
 log = logging.getLogger(__name__)
@@ -68,15 +69,20 @@ class Kafka2pcSparkConnectHook(SparkConnectHook):
 def prepare_on_connect(
     conn_id: str,
     kafka: Kafka2pcHook,
-    args: Sequence[str],
+    spec: ExportSpec,
     *,
     app_name: str,
     conf: Mapping[str, str] | None = None,
+    registry: Mapping[str, Any] | None = None,
+    **run: Any,
 ) -> None:
-    """Run the prepare application with ``args`` on the Connect server of ``conn_id``: the
-    same arguments and manifest as spark-submit; no JVM starts here, and the Kafka
-    settings leave this process only as session artifacts (:mod:`..spark.connect`).
+    """Run the prepare of ``spec`` on the Connect server of ``conn_id``: the same spec and
+    manifest as spark-submit; no JVM starts here, and the Kafka settings leave this process
+    only as session artifacts (:mod:`..spark.connect`).
 
+    :param registry: the schema registry's settings, with a registry format.
+    :param run: the run's own values (:func:`~..spark.remote.prepare_remote`: ids,
+        manifest, job label, repair).
     :raises Kafka2pcError: the prepare failed (a repair's refusal:
         :class:`~..spark.remote.RepairRefusedError`, its manifest written).
     """
@@ -87,7 +93,7 @@ def prepare_on_connect(
     log.info("running the prepare on the Spark Connect server of connection %r", conn_id)
     try:
         with hook.session(app_name, conf) as spark:
-            prepare_remote(spark, list(args), settings)
+            prepare_remote(spark, spec, producer_config=settings, registry=registry, **run)
     except Kafka2pcError:
         raise
     except Exception as exc:  # gRPC / Spark errors: the server or the job failed

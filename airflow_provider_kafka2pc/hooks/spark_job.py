@@ -32,9 +32,13 @@ from ..errors import (
 from ..ledger import Batch, Participant
 from ..spark import APPLICATION
 from ..spark.class_sharing import driver_archive
+from ..spark.failure import JobFailure, failure_uri
 from ..spark.job import (
+    Repair,
     local_path,
-    repair_arguments,
+    private_config_file,
+    repair_argv,
+    repair_of,
     repaired_committables,
     spark_submit_binary,
     with_project_jar,
@@ -83,7 +87,7 @@ class SparkJobHook(BaseHook):
     def prepare(self, batch: Batch) -> Manifest:
         """The prepare: every partition written into its own open transaction."""
         with self._manifest(batch, f"attempt-{batch.attempt}") as (manifest, read):
-            self.run(batch, self.job.arguments, manifest)
+            self.run(batch, manifest)
             return _read_manifest(manifest, read)
 
     def reprepare(
@@ -103,15 +107,11 @@ class SparkJobHook(BaseHook):
             for p in lost
         )
         job = self.job
-        try:
-            arguments = job.arguments
-        except ConfigurationError as exc:
-            raise RepairImpossibleError(f"the prepare's source is unusable: {exc}") from exc
         path = job.source.get("path")
         local = local_path(str(path)) if path else None
         if local is not None and not local.exists() and not self._reads_remotely():
             raise RepairImpossibleError(f"the source path {str(path)!r} is gone")
-        repair_args = repair_arguments(participants, lost, batch.partitioning, batch.source_splits)
+        repair = repair_of(participants, lost, batch.partitioning, batch.source_splits)
         if job.withheld:
             self.log.warning(
                 "%s: the recorded Spark job left out %s (named like secrets): the re-prepare "
@@ -124,7 +124,7 @@ class SparkJobHook(BaseHook):
         name = f"attempt-{batch.attempt}-repair-{time.time_ns()}"
         with self._manifest(batch, name) as (manifest, read):
             try:
-                self.run(batch, [*arguments, *repair_args], manifest, job_suffix="-repair")
+                self.run(batch, manifest, repair, job_suffix="-repair")
             except (AirflowException, Kafka2pcError) as exc:
                 refusal = _refusal(read)
                 if refusal is not None:
@@ -154,50 +154,77 @@ class SparkJobHook(BaseHook):
 
     # -- one run of the application -----------------------------------------------------
 
-    def run(self, batch: Batch, args: Sequence[str], manifest: str, job_suffix: str = "") -> None:
-        """One run of the packaged application with ``args`` for ``batch``: spark-submit,
-        or a Spark Connect session on a ``spark_connect`` connection."""
+    def run(
+        self, batch: Batch, manifest: str, repair: Repair | None = None, job_suffix: str = ""
+    ) -> None:
+        """One run of the job's export spec for ``batch`` (``repair``: its loss repair):
+        spark-submit of the packaged application, or a Spark Connect session on a
+        ``spark_connect`` connection.
+
+        :raises Kafka2pcError: the job's own error, of its class and with its words, where
+            the job wrote one (:mod:`..spark.failure`); a permanent one fails the task
+            without a retry.
+        """
         job = self.job
-        per_run = [
-            "--transactional-ids",
-            ",".join(batch.transactional_ids),
-            "--manifest",
-            manifest,
-            "--job-label",
-            batch.key.job_label(batch.attempt, job_suffix),
-        ]
+        label = batch.key.job_label(batch.attempt, job_suffix)
         if self.on_connect():
             prepare_on_connect(
                 job.spark_conn_id,
                 self.kafka,
-                [*args, *per_run],
+                job.export,
                 app_name=f"{job.name}{job_suffix}",
                 conf=job.conf_dict(),
+                registry=self._registry_settings(),
+                transactional_ids=list(batch.transactional_ids),
+                manifest=manifest,
+                job_label=label,
+                repair=repair,
             )
             return
-        with self.kafka.config_file() as config_path, self._registry_file() as registry_path:
+        with (
+            private_config_file(job.export.to_dict(), "export.json") as spec_path,
+            self.kafka.config_file() as config_path,
+            self._registry_file() as registry_path,
+        ):
             application_args = [
-                *args,
+                "--spec-file",
+                str(spec_path),
                 *(["--registry-config-file", str(registry_path)] if registry_path else []),
-                *per_run[:2],
+                "--transactional-ids",
+                ",".join(batch.transactional_ids),
                 "--kafka-config-file",
                 str(config_path),
-                *per_run[2:],
+                "--manifest",
+                manifest,
+                "--job-label",
+                label,
+                *repair_argv(repair),
             ]
-            conf = with_project_jar(defaults.spark_conf(job.conf_dict()), job.writer)
-            extra = spark_extra(job.spark_conn_id)
-            submit = job.submit_dict()
-            binary = (
-                submit.get("spark_binary") or extra.get("spark-binary") or spark_submit_binary()
-            )
-            deploy_mode = submit.get("deploy_mode") or extra.get("deploy-mode")
-            with driver_archive(
-                conf, binary, deploy_mode=deploy_mode, properties_file=submit.get("properties_file")
-            ) as archive:
-                # A fresh hook per run: it is built from this run's arguments.
-                self._running = self.submit_hook(application_args, archive.conf)
-                compat.submit_and_wait(self._running, self.application)
-                archive.publish()
+            try:
+                self._submit(application_args)
+            except (AirflowException, RuntimeError) as exc:
+                failure = _failure(manifest)
+                if failure is None:
+                    raise
+                raise failure.exception(
+                    f" (raised by the Spark job; its log is above: {_first_line(exc)})"
+                ) from exc
+
+    def _submit(self, application_args: list[str]) -> None:
+        """spark-submit of the application with ``application_args``, waited for."""
+        job = self.job
+        conf = with_project_jar(defaults.spark_conf(job.conf_dict()), job.writer)
+        extra = spark_extra(job.spark_conn_id)
+        submit = job.submit_dict()
+        binary = submit.get("spark_binary") or extra.get("spark-binary") or spark_submit_binary()
+        deploy_mode = submit.get("deploy_mode") or extra.get("deploy-mode")
+        with driver_archive(
+            conf, binary, deploy_mode=deploy_mode, properties_file=submit.get("properties_file")
+        ) as archive:
+            # A fresh hook per run: it is built from this run's arguments.
+            self._running = self.submit_hook(application_args, archive.conf)
+            compat.submit_and_wait(self._running, self.application)
+            archive.publish()
 
     def submit_hook(self, application_args: list[str], conf: dict[str, str]) -> SparkSubmitHook:
         """The Spark provider's hook for one spark-submit of the application, built afresh.
@@ -246,6 +273,13 @@ class SparkJobHook(BaseHook):
                 exc,
             )
 
+    def _registry_settings(self) -> dict[str, Any] | None:
+        """The registry's client settings, when a registry format is asked (in memory:
+        the Connect prepare's driver is this process)."""
+        if self.job.registry_conn_id is None:
+            return None
+        return SchemaRegistryHook(self.job.registry_conn_id).settings()
+
     @contextmanager
     def _registry_file(self) -> Iterator[Path | None]:
         """The registry's settings in a private file, when a registry format is asked."""
@@ -283,6 +317,28 @@ def _read_manifest(manifest: str, read: Any) -> Manifest:
         return Manifest.from_json(read())
     except (OSError, CommittableError) as exc:
         raise Kafka2pcError(f"the prepare job's manifest {manifest} is unusable: {exc}") from exc
+
+
+def _failure(manifest: str) -> JobFailure | None:
+    """The error the job wrote beside ``manifest`` before it failed, if any."""
+    try:
+        return JobFailure.from_json(_read_text(failure_uri(manifest)))
+    except (OSError, ValueError):
+        return None
+
+
+def _read_text(uri: str) -> str:
+    local = local_path(uri)
+    if local is not None:
+        return local.read_text()
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(uri).read_text()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _refusal(read: Any) -> str | None:

@@ -25,12 +25,27 @@ from ..errors import CommittableError, ConfigurationError, Kafka2pcError, Ledger
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
 from ..ledger import BatchState
+from ..spark.export_spec import ExportSpec
 from ..spark.external import JobParameters
 from ..spark.job import check_num_partitions, committables_for, local_path, summary
 from ..transaction.manifest import Manifest
 from ..utils import config
 from ..utils.task_errors import failing_permanent_errors
 from ..version_compat import AirflowSkipException
+
+#: The export's options the lease task passes through to the job's spec as given.
+EXPORT_OPTIONS = (
+    "topic_column",
+    "topics",
+    "value_format",
+    "key_format",
+    "tombstone_when",
+    "timestamp_column",
+    "allow_expiring_timestamps",
+    "progress_interval_s",
+    "partitioning",
+    "writer",
+)
 
 
 def _safe(text: str) -> str:
@@ -42,7 +57,8 @@ class KafkaPrepareLeaseOperator(BaseOperator):
 
     :param export_id: identity of the export. (templated)
     :param run_key: the run's key, e.g. its data interval. (templated)
-    :param topic: an existing Kafka topic. (templated)
+    :param topic: an existing Kafka topic, every row's; or None with ``topic_column``.
+        (templated)
     :param num_partitions: Spark partitions = participants = leased transactional ids.
     :param id_prefix: transactional ids are ``<id_prefix>-<slot>``; owned by this export.
     :param manifest_dir: a URI the Spark job writes and this Airflow's workers read
@@ -52,11 +68,23 @@ class KafkaPrepareLeaseOperator(BaseOperator):
     :param header_columns: string/binary columns sent as headers.
     :param align_with_kafka: see :class:`~.prepare.SparkKafkaPrepareOperator`.
     :param transaction_timeout_ms: None: ``[kafka2pc] transaction_timeout_ms``.
+    :param export_options: every other option of the export, as
+        :class:`~.prepare.SparkKafkaPrepareOperator` takes it (``topic_column`` and
+        ``topics``, ``value_format``, ``key_format``, ``tombstone_when``,
+        ``timestamp_column``, ``partitioning``, ``writer``, ...): the job reads them from
+        the parameters' :class:`~..spark.export_spec.ExportSpec`.
     :param kafka_conn_id: the official provider's ``kafka`` connection.
     :param ledger_conn_id: the ledger's connection; None for SQLite under ``AIRFLOW_HOME``.
     """
 
-    template_fields: Sequence[str] = ("export_id", "run_key", "topic", "id_prefix", "manifest_dir")
+    template_fields: Sequence[str] = (
+        "export_id",
+        "run_key",
+        "topic",
+        "id_prefix",
+        "manifest_dir",
+        "export_options",
+    )
     ui_color = "#f4a460"
 
     def __init__(
@@ -64,7 +92,7 @@ class KafkaPrepareLeaseOperator(BaseOperator):
         *,
         export_id: str,
         run_key: str,
-        topic: str,
+        topic: str | None = None,
         num_partitions: int,
         id_prefix: str,
         manifest_dir: str,
@@ -80,7 +108,9 @@ class KafkaPrepareLeaseOperator(BaseOperator):
         check_num_partitions(num_partitions)
         if "{{" not in id_prefix:
             naming.check_slots(id_prefix, num_partitions)
+        export_options = {k: kwargs.pop(k) for k in EXPORT_OPTIONS if k in kwargs}
         super().__init__(**kwargs)
+        self.export_options = export_options
         self.export_id = export_id
         self.run_key = run_key
         self.topic = topic
@@ -102,12 +132,16 @@ class KafkaPrepareLeaseOperator(BaseOperator):
             if not self.manifest_dir:
                 raise ConfigurationError("manifest_dir must name where the Spark job writes")
             naming.check_slots(self.id_prefix, self.num_partitions)
-            kafka.check_topic(self.topic)
+            export = self.export_spec(timeout_ms)
+            route = export.route
+            for topic in route.topics:
+                kafka.check_topic(topic)
             with LedgerHook(self.ledger_conn_id).get_conn() as ledger:
                 batch = ledger.begin(
                     self.export_id,
                     self.run_key,
-                    topic=self.topic,
+                    topic=route.topic,
+                    topics=route.topics if route.several else None,
                     id_prefix=self.id_prefix,
                     num_partitions=self.num_partitions,
                 )
@@ -133,17 +167,24 @@ class KafkaPrepareLeaseOperator(BaseOperator):
             manifest,
         )
         return JobParameters(
-            topic=self.topic,
+            export=export,
             transactional_ids=tuple(batch.transactional_ids),
             job_label=batch.key.job_label(batch.attempt),
             manifest=manifest,
-            transaction_timeout_ms=timeout_ms,
+            prepared=prepared,
+        ).to_dict()
+
+    def export_spec(self, timeout_ms: int) -> ExportSpec:
+        """The export's options (rendered), validated once: what the job prepares."""
+        return ExportSpec(
+            topic=self.topic,
             key_column=self.key_column,
             value_column=self.value_column,
             header_columns=tuple(self.header_columns),
             align_with_kafka=self.align_with_kafka,
-            prepared=prepared,
-        ).to_dict()
+            transaction_timeout_ms=timeout_ms,
+            **self.export_options,
+        )
 
 
 class KafkaPrepareRecordOperator(BaseOperator):

@@ -40,6 +40,7 @@ from ..hooks.spark_connect import CONNECT, spark_mode
 from ..hooks.spark_job import SparkJobHook
 from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION, AVRO_PACKAGE
+from ..spark.export_spec import ExportSpec
 from ..spark.job import (
     check_num_partitions,
     committables_for,
@@ -51,7 +52,7 @@ from ..spark.job_spec import SparkJob, describe_job
 from ..spark.partitionings import AUTO_PARTITIONING, check_partitioning
 from ..spark.writers import AUTO_WRITER, check_writer
 from ..transaction.committable import Committable
-from ..transaction.manifest import HASH, SOURCE, Manifest
+from ..transaction.manifest import HASH, Manifest
 from ..transaction.routing import Routing, routing
 from ..utils import config
 from ..utils.connections import require_connection
@@ -131,7 +132,11 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     :param tombstone_when: a SQL condition over the source's columns; where true the record
         is a tombstone (null value). A null ``value_column`` is one too. (templated)
     :param timestamp_column: the records' CreateTime: a timestamp column or a long column
-        of epoch ms; null: the time of writing. (templated)
+        of epoch ms; null: the time of writing. (templated) Timestamps the topic would
+        delete at once (older than its ``retention.ms``) or reject
+        (``message.timestamp.before/after.max.ms``) are refused before anything opens.
+    :param allow_expiring_timestamps: export timestamps older than the topic's time
+        retention anyway (e.g. into a compacted topic the policy does not cover).
     :param writer: who writes the transactions: ``"auto"`` (default: the JVM writer on
         spark-submit, the Python one on Spark Connect or where the JVM one cannot load),
         ``"python"`` (confluent-kafka in Spark's Python workers) or ``"jvm"`` (Kafka's Java
@@ -197,6 +202,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         spark_mode: str | None = None,
         topic_column: str | None = None,
         topics: Sequence[str] | None = None,
+        allow_expiring_timestamps: bool = False,
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
@@ -249,6 +255,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             self._registry_formats()
         self.writer = writer
         self.spark_mode = spark_mode
+        self.allow_expiring_timestamps = allow_expiring_timestamps
 
     # -- the task -----------------------------------------------------------------------
 
@@ -291,7 +298,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
         check_num_partitions(self.num_partitions)
-        check_writer(self.writer)
+        self.export_spec()  # every export option, checked once
         if not isinstance(self.run_key, str) or self.run_key.strip() in ("", "None", "None/None"):
             raise ConfigurationError(
                 f"run_key must be a non-empty string, got {self.run_key!r} (a run without a "
@@ -422,15 +429,13 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     def spark_job(self) -> SparkJob:
         """This export's Spark job from the (rendered) arguments: what the prepare runs and
         records, and a loss repair runs again. No secret: connections are named by id."""
-        formats = any(self._registry_formats())
+        export = self.export_spec()
         return describe_job(
-            source=self.source,
-            writer_arguments=self._writer_args(),
-            writer=self.writer,
+            export=export,
             spark_conn_id=self.spark_conn_id,
             kafka_conn_id=self.kafka_conn_id,
             spark_mode=self.spark_mode,
-            registry_conn_id=self.registry_conn_id if formats else None,
+            registry_conn_id=self.registry_conn_id if export.uses_registry else None,
             name=self.name,
             conf=self.conf,
             env_vars=self.env_vars,
@@ -491,38 +496,30 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             raise RepairImpossibleError(f"the prepare's source is unusable: {exc}") from exc
         return self.spark_hook(job).reprepare(batch, participants, lost)
 
-    # -- the application's options ------------------------------------------------------
+    # -- the export's spec ----------------------------------------------------------------
 
-    def _writer_args(self) -> list[str]:
-        route = self.route
-        return [
-            *(
-                ["--topic-column", str(route.column), "--topics", ",".join(route.topics)]
-                if route.several
-                else ["--topic", route.topic]
-            ),
-            "--transaction-timeout-ms",
-            str(self.transaction_timeout_ms),
-            "--progress-interval-s",
-            str(self.progress_interval_s),
-            "--align-with-kafka"
-            if self.align_with_kafka and self.partitioning != HASH
-            else "--no-align-with-kafka",
-            "--writer",
-            self.writer,
-            *self._partitioning_args(),
-            *(["--key-column", self.key_column] if self.key_column else []),
-            *(["--value-column", self.value_column] if self.value_column else []),
-            *[arg for h in self.header_columns for arg in ("--header-column", h)],
-            *self._wire_args(),
-        ]
-
-    def _partitioning_args(self) -> list[str]:
-        """Auto: none (the application decides); source splits: ``--no-shuffle``; else
-        ``--shuffle`` (aligned or by hash as ``--align-with-kafka`` says)."""
-        if self.partitioning == AUTO_PARTITIONING:
-            return []
-        return ["--no-shuffle"] if self.partitioning == SOURCE else ["--shuffle"]
+    def export_spec(self) -> ExportSpec:
+        """The export's options from the (rendered) arguments, validated once: the same
+        object the job reads on every path and the ledger records."""
+        return ExportSpec(
+            source=self.source,
+            topic=self.topic,
+            topic_column=self.topic_column,
+            topics=None if self.topics is None else tuple(self.topics),
+            key_column=self.key_column,
+            value_column=self.value_column,
+            header_columns=tuple(self.header_columns),
+            value_format=self.value_format,
+            key_format=self.key_format,
+            tombstone_when=self.tombstone_when,
+            timestamp_column=self.timestamp_column,
+            allow_expiring_timestamps=self.allow_expiring_timestamps,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            progress_interval_s=self.progress_interval_s,
+            align_with_kafka=self.align_with_kafka,
+            partitioning=self.partitioning,
+            writer=self.writer,
+        )
 
     def _registry_formats(self) -> tuple[RegistryFormat | None, RegistryFormat | None]:
         """(value format, key format) checked; a clear error for a bad option."""
@@ -530,15 +527,6 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             None if f is None else RegistryFormat.from_dict(f)
             for f in (self.value_format, self.key_format)
         )
-
-    def _wire_args(self) -> list[str]:
-        value, key = self._registry_formats()
-        return [
-            *(["--value-format", json.dumps(value.to_dict())] if value else []),
-            *(["--key-format", json.dumps(key.to_dict())] if key else []),
-            *(["--tombstone-when", self.tombstone_when] if self.tombstone_when else []),
-            *(["--timestamp-column", self.timestamp_column] if self.timestamp_column else []),
-        ]
 
     def _on_connect(self) -> bool:
         return spark_mode(self.spark_conn_id, self.spark_mode) == CONNECT

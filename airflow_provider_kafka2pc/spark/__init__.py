@@ -22,9 +22,11 @@ __all__ = [
     "APPLICATION",
     "AVRO_PACKAGE",
     "PROJECT_JAR",
+    "ExportSpec",
     "PrepareError",
     "Repair",
     "prepare_dataframe",
+    "prepare_export",
 ]
 
 
@@ -33,7 +35,11 @@ def __getattr__(name: str) -> Any:
         from ..errors import PrepareError
 
         return PrepareError
-    if name in ("prepare_dataframe", "Repair"):
+    if name == "ExportSpec":
+        from .export_spec import ExportSpec
+
+        return ExportSpec
+    if name in ("prepare_dataframe", "prepare_export", "Repair"):
         from . import prepare
 
         return getattr(prepare, name)

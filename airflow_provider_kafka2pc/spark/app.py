@@ -1,13 +1,18 @@
 """spark-submit application: read a source, prepare it into Kafka transactions, write the manifest.
 
     spark-submit .../airflow_provider_kafka2pc/spark/app.py \\
-        --source-table db.orders | --source-path s3a://b/orders --source-format parquet \\
-        | --source-sql "SELECT ..." [--filter "day = '2026-11-21'"] \\
-        --topic orders --transactional-ids run-0,run-1,... \\
+        --spec-file export.json \\
+        --transactional-ids run-0,run-1,... \\
         --kafka-config-file kafka.json --manifest s3a://b/manifests/run.json
 
-Exit 0 only when every partition prepared; the manifest (the Manifest as JSON) is
-written atomically (temporary file, then rename) through Hadoop's FileSystem, so any
+The export's options come from one file, the :class:`~.export_spec.ExportSpec` as JSON (what
+the prepare operator writes); for a run by hand the same options are flags generated from the
+spec's fields instead (``--source-table db.orders --topic orders ...``, see ``--help``).
+
+Exit 0 only when every partition prepared. A kafka2pc error is written beside the manifest
+(:mod:`.failure`: its class, message and whether a retry can help) before the exit, for the
+task to raise it again; exit 2 for a permanent one, 1 otherwise. The manifest (the Manifest
+as JSON) is written atomically (temporary file, then rename) through Hadoop's FileSystem, so any
 Hadoop-supported URI works. Without a manifest the orchestrator must abort the ids.
 
 Loss repair: ``--only-partitions 2,5`` with the batch's full id list partitions the input
@@ -26,7 +31,7 @@ import importlib
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,15 +43,18 @@ prefer_installed_packages()  # before pyspark's first import: see the module
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_kafka2pc import defaults
-from airflow_provider_kafka2pc.connection.registry import RegistryFormat
 from airflow_provider_kafka2pc.connection.settings import is_secret
-from airflow_provider_kafka2pc.errors import ConfigurationError, Kafka2pcError, SourceChangedError
+from airflow_provider_kafka2pc.errors import (
+    ConfigurationError,
+    Kafka2pcError,
+    PermanentError,
+    SourceChangedError,
+)
+from airflow_provider_kafka2pc.spark.export_spec import ExportSpec, add_arguments, from_arguments
+from airflow_provider_kafka2pc.spark.failure import JobFailure, failure_uri
+from airflow_provider_kafka2pc.spark.job import local_path
 from airflow_provider_kafka2pc.spark.partitionings import AUTO_PARTITIONING
-from airflow_provider_kafka2pc.spark.wire import WireOptions
-from airflow_provider_kafka2pc.spark.writers import AUTO_WRITER, WRITERS
 from airflow_provider_kafka2pc.transaction.manifest import PARTITIONINGS, SOURCE, Manifest
-from airflow_provider_kafka2pc.transaction.routing import routing
 
 log = logging.getLogger("kafka2pc.spark.app")
 
@@ -69,16 +77,6 @@ def _indexes(text: str) -> list[int]:
         ) from None
 
 
-def _registry_format(text: str) -> RegistryFormat:
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        return RegistryFormat.from_dict(data)
-    except (ValueError, TypeError) as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object of options: {exc}") from None
-
-
 def _json_object(text: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
@@ -89,11 +87,12 @@ def _json_object(text: str) -> dict[str, Any]:
     return data
 
 
-def by_source_splits(spark: SparkSession, args: argparse.Namespace) -> None:
+def by_source_splits(spark: SparkSession, spec: ExportSpec, args: argparse.Namespace) -> None:
     """Before the source is read: without block locations (read when the files are listed)
     a coalesce groups contiguous splits wherever it runs; a repair also sets the recorded
     split settings."""
-    if args.shuffle and args.partitioning != SOURCE:
+    recorded = args.recorded_partitioning
+    if (recorded or spec.partitioning) not in (SOURCE, AUTO_PARTITIONING):
         return
     from airflow_provider_kafka2pc.spark.source_splits import IGNORE_LOCALITY, SPLIT_SETTINGS
 
@@ -103,134 +102,74 @@ def by_source_splits(spark: SparkSession, args: argparse.Namespace) -> None:
             spark.conf.set(key, str(value))
 
 
-def requested_partitioning(args: argparse.Namespace) -> str | None:
-    """The partitioning ``--shuffle`` asks for: none said, auto; ``--no-shuffle``, source
-    splits; ``--shuffle``, aligned or by hash as ``--align-with-kafka`` says."""
-    if args.shuffle is None:
-        return AUTO_PARTITIONING
-    return None if args.shuffle else SOURCE
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The run's options, and the export's (its ``--spec-file``, or its flags)."""
     parser = argparse.ArgumentParser(
         prog="kafka2pc-spark-prepare",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--source-table", help="a table name known to the Spark catalog")
-    source.add_argument("--source-path", help="a path or URI, read with --source-format")
-    source.add_argument("--source-sql", help="a SQL query")
-    parser.add_argument(
-        "--source-format",
-        default="parquet",
-        help="format for --source-path (parquet, json, csv, orc, ...)",
-    )
-    parser.add_argument(
-        "--source-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="reader option for --source-path (e.g. header=true)",
-    )
-    parser.add_argument("--filter", help="a SQL predicate applied to the source")
-    parser.add_argument("--topic", help="every row's topic (or --topic-column and --topics)")
-    parser.add_argument(
-        "--topic-column", help="a string column naming each row's topic, one of --topics"
-    )
-    parser.add_argument(
-        "--topics",
-        type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
-        help="comma-separated: every topic --topic-column may name",
-    )
-    parser.add_argument(
+    add_arguments(parser)  # the export spec's flags, generated from its fields
+    run = parser.add_argument_group("this run")
+    run.add_argument(
         "--transactional-ids", required=True, help="comma-separated; one Spark partition per id"
     )
-    parser.add_argument("--key-column")
-    parser.add_argument("--value-column")
-    parser.add_argument("--header-column", action="append", default=[], dest="header_columns")
-    parser.add_argument(
+    run.add_argument(
         "--kafka-config-file", help="JSON object of librdkafka settings (keeps secrets off argv)"
     )
-    parser.add_argument("--bootstrap-servers", help="overrides bootstrap.servers")
-    parser.add_argument(
+    run.add_argument("--bootstrap-servers", help="overrides bootstrap.servers")
+    run.add_argument(
         "--registry-config-file",
         help="JSON object of SchemaRegistryClient settings (url, basic.auth.user.info, ssl.*); "
         "a file, to keep the credentials off argv",
     )
-    parser.add_argument(
-        "--value-format",
-        type=_registry_format,
-        help="values as registry Avro: a JSON object of RegistryFormat options, e.g. {} or "
-        '{"subject_name_strategy": "record_name", "record_name": "Order"}',
-    )
-    parser.add_argument("--key-format", type=_registry_format, help="keys as registry Avro")
-    parser.add_argument("--tombstone-when", help="SQL condition: where true, a null value")
-    parser.add_argument(
-        "--timestamp-column", help="the record timestamp (timestamp, or long epoch ms)"
-    )
-    parser.add_argument(
-        "--transaction-timeout-ms", type=int, default=defaults.TRANSACTION_TIMEOUT_MS
-    )
-    parser.add_argument(
-        "--progress-interval-s",
-        type=float,
-        default=defaults.PROGRESS_INTERVAL_S,
-        help="each partition logs rows written at most this often, and once done (0: never)",
-    )
-    parser.add_argument(
-        "--align-with-kafka",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="each Spark partition owns the Kafka partitions p with p mod N = its index, "
-        "where the export has a key and the topic's partitions are a multiple of N "
-        "(default: on)",
-    )
-    parser.add_argument(
-        "--writer",
-        choices=WRITERS,
-        default=AUTO_WRITER,
-        help="who writes the transactions: confluent-kafka in Python workers (python), "
-        "Kafka's Java producer inside the executors (jvm; docs/jvm-writer.md), or the JVM "
-        "one where it loads, else the Python one (auto, the default)",
-    )
-    parser.add_argument(
-        "--shuffle",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="--no-shuffle: each of the source's own file splits (coalesced to at most one "
-        "per id) is one transaction, no shuffle; a source without such splits is shuffled "
-        "and the manifest says why. --shuffle: aligned with Kafka or by hash (by "
-        "--align-with-kafka). Neither: source splits where the plan pins them, else the "
-        "shuffle (docs/partitioning.md)",
-    )
-    parser.add_argument("--job-label")
-    parser.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
-    parser.add_argument(
+    run.add_argument("--job-label")
+    run.add_argument("--manifest", required=True, help="where to write the Manifest JSON")
+    repair = parser.add_argument_group("loss repair")
+    repair.add_argument(
         "--only-partitions",
         type=_indexes,
-        help="loss repair: write only these partition indexes (comma-separated); "
+        help="write only these partition indexes (comma-separated); "
         "--transactional-ids still lists one id per partition",
     )
-    parser.add_argument(
+    repair.add_argument(
         "--expected-partition-rows",
         type=_indexes,
-        help="loss repair: every partition's recorded rows (comma-separated); a source that "
-        "no longer yields them is refused before anything is written",
+        help="every partition's recorded rows (comma-separated); a source that no longer "
+        "yields them is refused before anything is written",
     )
-    parser.add_argument(
+    repair.add_argument(
         "--partitioning",
+        dest="recorded_partitioning",
         choices=PARTITIONINGS,
-        help="loss repair: how the prepare being repaired partitioned its rows (the ledger's "
-        "record); the repair partitions alike, whatever --align-with-kafka and the topic say",
+        help="how the prepare being repaired partitioned its rows (the ledger's record); the "
+        "repair partitions alike, whatever the spec and the topic say",
     )
-    parser.add_argument(
+    repair.add_argument(
         "--source-splits",
         type=_json_object,
-        help="loss repair of a source-split prepare: its recorded split settings, counts and "
-        "input fingerprint (a JSON object, the ledger's record)",
+        help="a source-split prepare's recorded split settings, counts and input fingerprint "
+        "(a JSON object, the ledger's record)",
     )
     return parser.parse_args(argv)
+
+
+def repair_of(args: argparse.Namespace) -> Any:
+    """The run's :class:`~.prepare.Repair` (None outside a loss repair)."""
+    if args.only_partitions is None:
+        return None
+    from airflow_provider_kafka2pc.spark.prepare import Repair
+
+    return Repair(
+        args.only_partitions,
+        args.expected_partition_rows,
+        args.recorded_partitioning,
+        args.source_splits,
+    )
+
+
+def transactional_ids(args: argparse.Namespace) -> list[str]:
+    return [t.strip() for t in args.transactional_ids.split(",") if t.strip()]
 
 
 def _private_json(option: str, file: str) -> dict[str, Any]:
@@ -254,20 +193,11 @@ def _private_json(option: str, file: str) -> dict[str, Any]:
     return loaded
 
 
-def wire_options(args: argparse.Namespace) -> WireOptions:
-    """The wire options of the command line (the registry's settings from their file)."""
-    registry = (
-        _private_json("--registry-config-file", args.registry_config_file)
-        if args.registry_config_file
-        else None
-    )
-    return WireOptions(
-        registry=registry,
-        value_format=args.value_format,
-        key_format=args.key_format,
-        tombstone_when=args.tombstone_when,
-        timestamp_column=args.timestamp_column,
-    )
+def registry_settings(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The schema registry's settings, from their private file (None: not given)."""
+    if not args.registry_config_file:
+        return None
+    return _private_json("--registry-config-file", args.registry_config_file)
 
 
 def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -281,19 +211,25 @@ def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def read_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    if args.source_table:
-        df = spark.table(args.source_table)
-    elif args.source_sql:
-        df = spark.sql(args.source_sql)
+def read_source(spark: SparkSession, source: Mapping[str, Any]) -> DataFrame:
+    """The export's ``source`` (sql, table or path) as a DataFrame, filtered."""
+    if source.get("table"):
+        df = spark.table(source["table"])
+    elif source.get("sql"):
+        df = spark.sql(source["sql"])
     else:
-        options = dict(item.split("=", 1) for item in args.source_option)
-        df = spark.read.format(args.source_format).options(**options).load(args.source_path)
-    return df.where(args.filter) if args.filter else df
+        reader = spark.read.format(source.get("format") or "parquet")
+        df = reader.options(**dict(source.get("options") or {})).load(source["path"])
+    return df.where(source["filter"]) if source.get("filter") else df
 
 
 def write_manifest(spark: SparkSession, uri: str, batch: Manifest) -> None:
     """Write through Hadoop's FileSystem: temporary file, then rename (atomic on HDFS/local)."""
+    write_text(spark, uri, batch.to_json())
+
+
+def write_text(spark: SparkSession, uri: str, text: str) -> None:
+    """``text`` at ``uri`` through Hadoop's FileSystem: temporary file, then rename."""
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     target = jvm.org.apache.hadoop.fs.Path(uri)
@@ -301,13 +237,13 @@ def write_manifest(spark: SparkSession, uri: str, batch: Manifest) -> None:
     temporary = jvm.org.apache.hadoop.fs.Path(uri + ".inprogress")
     stream = fs.create(temporary, True)
     try:
-        stream.write(bytearray(batch.to_json().encode()))
+        stream.write(bytearray(text.encode()))
     finally:
         stream.close()
     if fs.exists(target):
         fs.delete(target, False)
     if not fs.rename(temporary, target):
-        raise Kafka2pcError(f"could not move the manifest into place at {uri}")
+        raise Kafka2pcError(f"could not move {uri} into place")
 
 
 def _topic_partitions(
@@ -327,70 +263,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(name).setLevel(logging.INFO)
     args = parse_args(argv)
     try:
-        route = routing(args.topic, args.topic_column, args.topics)
+        spec = from_arguments(args)
+        if spec.source is None:
+            raise ConfigurationError("the export spec names no source (--source-* or source)")
     except ConfigurationError as exc:
-        log.error("%s", exc)
-        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
-        return 2
+        return fail(None, args.manifest, exc)
     repair = args.only_partitions is not None
     # While the SparkSession starts: the import, then the topic check (kafka-python's
     # connection and a Metadata round trip), which would otherwise run between the session's
     # start and the first job. Their errors surface where they did before (config.result(),
-    # prepare_dataframe's topic check).
+    # prepare_export's topic check).
     pool = ThreadPoolExecutor(2, thread_name_prefix="kafka2pc-start")
     loading = pool.submit(importlib.import_module, PREPARE_MODULE)
     config = pool.submit(kafka_config, args)
-    checking = pool.submit(_topic_partitions, loading, config, route.topics)
+    checking = pool.submit(_topic_partitions, loading, config, spec.route.topics)
     pool.shutdown(wait=False)
     spark = SparkSession.builder.appName(
-        f"kafka2pc-{'repair' if repair else 'prepare'}-{'+'.join(route.topics)}"
+        f"kafka2pc-{'repair' if repair else 'prepare'}-{'+'.join(spec.route.topics)}"
     ).getOrCreate()
-    prepare = loading.result()
     try:
-        by_source_splits(spark, args)
+        prepare = loading.result()
+        by_source_splits(spark, spec, args)
         try:
-            source = read_source(spark, args)
+            source = read_source(spark, spec.source)
         except AnalysisException as exc:
             if not repair:
-                raise
-            return refuse(spark, args, f"the source cannot be read any more: {exc}", ())
+                raise ConfigurationError(f"the source cannot be read: {exc}") from None
+            return refuse(spark, spec, args, f"the source cannot be read any more: {exc}", ())
         try:
-            batch = prepare.prepare_dataframe(
+            batch = prepare.prepare_export(
                 source,
-                topic=args.topic,
-                topic_column=args.topic_column,
-                topics=args.topics,
-                transactional_ids=[
-                    t.strip() for t in args.transactional_ids.split(",") if t.strip()
-                ],
+                spec,
+                transactional_ids=transactional_ids(args),
                 producer_config=config.result(),
-                key_column=args.key_column,
-                value_column=args.value_column,
-                header_columns=args.header_columns,
-                transaction_timeout_ms=args.transaction_timeout_ms,
+                registry=registry_settings(args),
                 job_label=args.job_label,
-                progress_interval_s=args.progress_interval_s,
-                align_with_kafka=args.align_with_kafka,
-                wire=wire_options(args),
-                writer=args.writer,
-                partitioning=requested_partitioning(args),
-                repair=prepare.Repair(
-                    args.only_partitions,
-                    args.expected_partition_rows,
-                    args.partitioning,
-                    args.source_splits,
-                )
-                if repair
-                else None,
+                repair=repair_of(args),
                 topic_partitions=checking,
             )
         except SourceChangedError as exc:
-            return refuse(spark, args, str(exc), exc.partition_rows)
+            return refuse(spark, spec, args, str(exc), exc.partition_rows)
         write_manifest(spark, args.manifest, batch)
     except Kafka2pcError as exc:
-        log.error("%s", exc)
-        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
-        return 2 if isinstance(exc, ConfigurationError) else 1
+        return fail(spark, args.manifest, exc)
     finally:
         spark.stop()
     summary = {
@@ -406,12 +321,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def fail(spark: SparkSession | None, manifest: str, exc: Kafka2pcError) -> int:
+    """Log the error, write it beside the manifest for the task to raise again
+    (:mod:`.failure`), print it as the last line; the exit code: 2 permanent, 1 otherwise."""
+    log.error("%s: %s", type(exc).__name__, exc)
+    failure = JobFailure.of(exc)
+    try:
+        local = local_path(failure_uri(manifest))
+        if spark is not None:
+            write_text(spark, failure_uri(manifest), failure.to_json())
+        elif local is not None:
+            local.write_text(failure.to_json())
+    except Exception as written:  # any: the exit code and the last stdout line still say it
+        log.warning("could not write the failure beside the manifest: %s", written)
+    print(json.dumps({"error": failure.error, "message": failure.message}), flush=True)
+    return 2 if isinstance(exc, PermanentError) else 1
+
+
 def refuse(
-    spark: SparkSession, args: argparse.Namespace, why: str, partition_rows: Sequence[int]
+    spark: SparkSession,
+    spec: ExportSpec,
+    args: argparse.Namespace,
+    why: str,
+    partition_rows: Sequence[int],
 ) -> int:
     """A repair that wrote nothing: the manifest says why (the orchestrator reads it)."""
     log.error("refusing to re-prepare partitions %s: %s", args.only_partitions, why)
-    route = routing(args.topic, args.topic_column, args.topics)
+    route = spec.route
     refused = Manifest(
         job_label=args.job_label or "",
         topic=route.topic,

@@ -13,7 +13,8 @@ its platform's secret store.
 
     def main(spark, parameters):           # parameters: the lease task's XCom (a dict)
         df = spark.read.parquet("s3://bucket/orders/day=...")
-        prepare_in_job(df, parameters, producer_config={"bootstrap.servers": ..., ...})
+        prepare_in_job(df, parameters, producer_config={"bootstrap.servers": ..., ...},
+                       registry={"url": ...})   # with a registry format
 """
 
 from __future__ import annotations
@@ -21,61 +22,97 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from .. import defaults
 from ..errors import ConfigurationError
 from ..transaction.manifest import Manifest
+from .export_spec import ExportSpec
 
 log = logging.getLogger(__name__)
 
-#: The version of :class:`JobParameters`' dict form; a job refuses any other.
-PARAMETERS_VERSION = 1
+#: The version of :class:`JobParameters`' dict form; a job refuses a newer one.
+PARAMETERS_VERSION = 2
 
 
 @dataclass(frozen=True)
 class JobParameters:
-    """What one prepare job needs from the run, as the lease task hands it over.
+    """What one prepare job needs from the run, as the lease task hands it over: the
+    export's :class:`~.export_spec.ExportSpec` (the same object spark-submit and Spark
+    Connect prepare from) and the run's own values.
 
     ``prepared``: the batch already has its verdict (a rerun of a decided run): the job
     must write nothing, and :func:`prepare_in_job` returns at once.
     """
 
-    topic: str
+    export: ExportSpec
     transactional_ids: Sequence[str]
     job_label: str
     manifest: str
-    transaction_timeout_ms: int = defaults.TRANSACTION_TIMEOUT_MS
-    key_column: str | None = None
-    value_column: str | None = None
-    header_columns: Sequence[str] = field(default_factory=tuple)
-    align_with_kafka: bool = True
     prepared: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "transactional_ids", tuple(self.transactional_ids))
+
+    @property
+    def topic(self) -> str:
+        """The export's first topic (its only one, without a topic column)."""
+        return self.export.route.topic
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        return self.export.transaction_timeout_ms
+
     def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values["transactional_ids"] = list(self.transactional_ids)
-        values["header_columns"] = list(self.header_columns)
-        return {"version": PARAMETERS_VERSION, **values}
+        return {
+            "version": PARAMETERS_VERSION,
+            "export": self.export.to_dict(),
+            "transactional_ids": list(self.transactional_ids),
+            "job_label": self.job_label,
+            "manifest": self.manifest,
+            "prepared": self.prepared,
+        }
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | str) -> JobParameters:
-        """From the lease task's dict (or its JSON, as a job argument carries it)."""
+        """From the lease task's dict (or its JSON, as a job argument carries it), by the
+        reader of its version."""
         data = dict(json.loads(values) if isinstance(values, str) else values)
         version = data.pop("version", None)
-        if version != PARAMETERS_VERSION:
+        reader = _READERS.get(version)  # type: ignore[arg-type]
+        if reader is None:
             raise ConfigurationError(
-                f"prepare job parameters of version {version!r}; this kafka2pc reads version "
-                f"{PARAMETERS_VERSION}: install the same kafka2pc in the job as in Airflow"
+                f"prepare job parameters of version {version!r}; this kafka2pc reads versions "
+                f"{sorted(_READERS)}: install the same kafka2pc in the job as in Airflow"
             )
-        for name in ("transactional_ids", "header_columns"):
-            if isinstance(data.get(name), list):
-                data[name] = tuple(data[name])
         try:
-            return cls(**data)
+            return cls(**reader(data))
         except TypeError as exc:
             raise ConfigurationError(f"prepare job parameters are malformed: {exc}") from None
+
+
+def _read_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Releases up to 0.2.0: one topic and the few options the lease task took."""
+    spec = {
+        name: data.pop(name)
+        for name in (
+            "topic",
+            "transaction_timeout_ms",
+            "key_column",
+            "value_column",
+            "header_columns",
+            "align_with_kafka",
+        )
+        if name in data
+    }
+    return {**data, "export": ExportSpec(**spec)}
+
+
+def _read_version_2(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "export": ExportSpec.from_dict(data.get("export") or {})}
+
+
+_READERS = {1: _read_version_1, 2: _read_version_2}
 
 
 def prepare_in_job(
@@ -83,11 +120,20 @@ def prepare_in_job(
     parameters: JobParameters | Mapping[str, Any] | str,
     producer_config: Mapping[str, Any],
     *,
-    progress_interval_s: float | None = defaults.PROGRESS_INTERVAL_S,
-    writer: str = "auto",
-    partitioning: str | None = "auto",
+    registry: Mapping[str, Any] | None = None,
+    progress_interval_s: float | None = None,
+    writer: str | None = None,
+    partitioning: str | None = None,
 ) -> Manifest | None:
     """Prepare ``df`` as the run's parameters say and write the manifest where they say.
+
+    The export's options (topics or topic column, key, value, headers, registry formats,
+    tombstones, timestamps, partitioning, writer) come from the parameters' spec, as the
+    lease task was given them; ``progress_interval_s``, ``writer`` and ``partitioning``
+    given here override it for this job. ``registry``: the schema registry's
+    ``SchemaRegistryClient`` settings (``url``, ``basic.auth.user.info``, ``ssl.*``), needed
+    with a registry format; like ``producer_config``, the job brings them from its
+    platform's secret store.
 
     ``writer="auto"`` takes the JVM writer when the session's JVM loads the project's jar
     and kafka-clients (both are added to the session when the driver can fetch
@@ -99,7 +145,7 @@ def prepare_in_job(
     On failure it raises and leaves the manifest unwritten: the record task then fails
     and the abort task fences the ids. None when the batch was already prepared.
     """
-    from .prepare import prepare_dataframe
+    from .prepare import prepare_export
 
     params = (
         parameters if isinstance(parameters, JobParameters) else JobParameters.from_dict(parameters)
@@ -107,20 +153,19 @@ def prepare_in_job(
     if params.prepared:
         log.info("run %s: already prepared (it has its verdict); writing nothing", params.job_label)
         return None
-    manifest = prepare_dataframe(
+    overrides = {
+        "progress_interval_s": progress_interval_s,
+        "writer": writer,
+        "partitioning": partitioning,
+    }
+    spec = params.export.replace(**{k: v for k, v in overrides.items() if v is not None})
+    manifest = prepare_export(
         df,
-        topic=params.topic,
+        spec,
         transactional_ids=list(params.transactional_ids),
         producer_config=producer_config,
-        key_column=params.key_column,
-        value_column=params.value_column,
-        header_columns=list(params.header_columns),
-        transaction_timeout_ms=params.transaction_timeout_ms,
+        registry=registry,
         job_label=params.job_label,
-        progress_interval_s=progress_interval_s,
-        align_with_kafka=params.align_with_kafka,
-        writer=writer,
-        partitioning=partitioning,
     )
     write_job_manifest(df.sparkSession, params.manifest, manifest)
     return manifest

@@ -17,19 +17,21 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .. import defaults
 from ..errors import BrokerFetchError, ConfigurationError, Kafka2pcError, RepairImpossibleError
-from ..ledger import Batch, Participant
-from ..ledger.store import earliest_deadline_ms
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
 from . import PROJECT_JAR
 from .writers import AUTO_WRITER, JVM_WRITER
+
+if TYPE_CHECKING:  # the ledger (SQLAlchemy) stays out of the Spark application's imports
+    from ..ledger import Batch, Participant
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +94,12 @@ def spark_submit_binary() -> str:
 
 
 @contextmanager
-def private_config_file(settings: Mapping[str, Any]) -> Iterator[Path]:
+def private_config_file(settings: Mapping[str, Any], name: str = "kafka.json") -> Iterator[Path]:
     """``settings`` as JSON in a file only this user can read, removed afterwards: how
-    credentials reach the Spark job without showing on a command line."""
+    credentials (and the export's spec) reach the Spark job without showing on a command
+    line."""
     directory = Path(tempfile.mkdtemp(prefix="kafka2pc-conf-"))  # mode 0700
-    path = directory / "kafka.json"
+    path = directory / name
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
@@ -140,29 +143,72 @@ def committables_for(
     return list(prepared.committables)
 
 
+@dataclass(frozen=True)
+class Repair:
+    """Loss repair: rewrite only ``partitions`` (indexes), each under its own id of
+    ``transactional_ids``, and only if every partition of the recomputed input still holds
+    ``expected_rows[i]`` rows; otherwise :class:`SourceChangedError`, nothing written."""
+
+    partitions: Sequence[int]
+    expected_rows: Sequence[int]
+    #: How the prepare being repaired partitioned (:data:`~..transaction.manifest.ALIGNED`
+    #: or ``HASH``, the ledger's record): the repair partitions alike, whatever the topic
+    #: looks like now. None (a batch recorded before the ledger kept it): decided afresh.
+    partitioning: str | None = None
+    #: With :data:`~..transaction.manifest.SOURCE`: the prepare's
+    #: :meth:`~.source_splits.SourceSplits.to_dict` (the ledger's record).
+    source_splits: Mapping[str, Any] | None = None
+
+
+def repair_of(
+    participants: Sequence[Participant],
+    lost: Sequence[Participant],
+    partitioning: str | None,
+    source_splits: Mapping[str, Any] | None = None,
+) -> Repair:
+    """The loss repair of ``lost``: write only those partitions, and only if every
+    partition still holds the rows its participant recorded, partitioned as the prepare did
+    (``partitioning``, the ledger's record; None: not recorded; with source splits,
+    ``source_splits``: their recorded settings and fingerprint, no secrets)."""
+    if [p.index for p in participants] != list(range(len(participants))):
+        raise RepairImpossibleError(
+            f"the batch's participants are indexed {[p.index for p in participants]}, "
+            "not 0..n-1: the partitioning cannot be recomputed"
+        )
+    return Repair(
+        tuple(sorted(p.index for p in lost)),
+        tuple(p.committable.record_count for p in participants),
+        partitioning,
+        None if source_splits is None else dict(source_splits),
+    )
+
+
+def repair_argv(repair: Repair | None) -> list[str]:
+    """The application's loss-repair options for ``repair`` (none outside a repair)."""
+    if repair is None:
+        return []
+    return [
+        "--only-partitions",
+        ",".join(str(i) for i in repair.partitions),
+        "--expected-partition-rows",
+        ",".join(str(n) for n in repair.expected_rows),
+        *(["--partitioning", repair.partitioning] if repair.partitioning else []),
+        *(
+            ["--source-splits", json.dumps(dict(repair.source_splits))]
+            if repair.source_splits
+            else []
+        ),
+    ]
+
+
 def repair_arguments(
     participants: Sequence[Participant],
     lost: Sequence[Participant],
     partitioning: str | None,
     source_splits: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """The application's loss-repair options: write only the ``lost`` partitions, and only
-    if every partition still holds the rows its participant recorded, partitioned as the
-    prepare did (``partitioning``, the ledger's record; None: not recorded; with source
-    splits, ``source_splits``: their recorded settings and fingerprint, no secrets)."""
-    if [p.index for p in participants] != list(range(len(participants))):
-        raise RepairImpossibleError(
-            f"the batch's participants are indexed {[p.index for p in participants]}, "
-            "not 0..n-1: the partitioning cannot be recomputed"
-        )
-    return [
-        "--only-partitions",
-        ",".join(str(p.index) for p in sorted(lost, key=lambda p: p.index)),
-        "--expected-partition-rows",
-        ",".join(str(p.committable.record_count) for p in participants),
-        *(["--partitioning", partitioning] if partitioning else []),
-        *(["--source-splits", json.dumps(dict(source_splits))] if source_splits else []),
-    ]
+    """:func:`repair_argv` of :func:`repair_of`: the flags a repair run by hand takes."""
+    return repair_argv(repair_of(participants, lost, partitioning, source_splits))
 
 
 def repaired_committables(
@@ -189,6 +235,8 @@ def repaired_committables(
 
 def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]:
     """What the prepare hands downstream through XCom: counts, ids, deadlines; no settings."""
+    from ..ledger.store import earliest_deadline_ms
+
     earliest = earliest_deadline_ms(participants)
     return {
         **batch.summary(),

@@ -1,29 +1,35 @@
 """The prepare's Spark job, described once: what a re-run (a loss repair) needs, frozen.
 
-The prepare operator builds a :class:`SparkJob` from its rendered arguments, runs it
-(``hooks.spark_job.SparkJobHook``) and records it in the ledger's batch row beside the
-committables, so the commit task, the recovery sensor and ``kafka2pc recover`` find it
-without walking a DAG. It names connections by id and holds no secret: Kafka, registry
-and Spark credentials stay in their connections and are read when the job runs; Spark
-settings and environment variables whose name says "secret" are left out of the record
+The prepare operator builds a :class:`SparkJob` from its rendered arguments: the export's
+:class:`~.export_spec.ExportSpec` and how to run it (connections by id, Spark settings,
+spark-submit's arguments). :class:`~..hooks.spark_job.SparkJobHook` runs it, and the ledger
+records it beside the committables, so the commit task, the recovery sensor and
+``kafka2pc recover`` find it without walking a DAG. It holds no secret: Kafka, registry and
+Spark credentials stay in their connections and are read when the job runs; Spark settings
+and environment variables whose name says "secret" are left out of the record
 (:meth:`SparkJob.record`), by name in ``withheld``.
 
 What depends on the machine (the packaged application's path, spark-submit's path, the
 project jar, the Python interpreter) is worked out where the job runs, not recorded.
+
+Record versions, each read by its own reader (:meth:`SparkJob.from_record`): 1 (releases up
+to 0.2.0) kept the export as the application's flags (``source`` + ``writer_arguments``);
+2 keeps the :class:`~.export_spec.ExportSpec` as JSON (``export``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import ConfigurationError
+from .export_spec import ExportSpec, from_argv
 from .job import source_arguments
 
 #: Version of :meth:`SparkJob.record`'s layout; a reader refuses a newer one.
-SPARK_JOB_VERSION = 1
+SPARK_JOB_VERSION = 2
 
 #: Names of Spark settings and environment variables kept out of the record: credentials
 #: (``spark.hadoop.fs.s3a.secret.key``, ``AWS_SECRET_ACCESS_KEY``, a token, a password).
@@ -42,18 +48,11 @@ def _pairs(mapping: Mapping[str, Any] | None) -> Pairs:
 
 @dataclass(frozen=True)
 class SparkJob:
-    """One prepare's Spark job: the application's options and how to submit it.
+    """One prepare's Spark job: the export's spec and how to submit it. The per-run
+    options (leased ids, manifest, job label, settings files) are the hook's, per run."""
 
-    ``arguments`` are the application's options without the per-run ones (leased ids,
-    manifest, job label, settings files), which the hook adds for each run.
-    """
-
-    #: The export's ``source`` (sql, table or path; a loss repair checks a path is there).
-    source: Mapping[str, Any]
-    #: The application's writer options (topic or routing, formats, partitioning, ...).
-    writer_arguments: tuple[str, ...]
-    #: Which writer (a JVM writer needs kafka-clients on the class path: added at run time).
-    writer: str
+    #: What the export writes, with its ``source`` (the same object on every path).
+    export: ExportSpec
     #: The ``spark`` or ``spark_connect`` connection; ``spark_mode`` as the user gave it.
     spark_conn_id: str
     kafka_conn_id: str
@@ -75,13 +74,18 @@ class SparkJob:
     withheld: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        source_arguments(self.source)  # a clear error for a malformed source, here already
-        object.__setattr__(self, "source", dict(self.source))
+        if self.export.source is None:
+            raise ConfigurationError("the Spark job's export spec needs a source")
 
     @property
-    def arguments(self) -> list[str]:
-        """The application's options: the source's, then the writer's."""
-        return [*source_arguments(self.source), *self.writer_arguments]
+    def source(self) -> Mapping[str, Any]:
+        """The export's ``source`` (sql, table or path; a loss repair checks a path is there)."""
+        return self.export.source or {}
+
+    @property
+    def writer(self) -> str:
+        """Which writer (a JVM writer needs kafka-clients on the class path: added at run time)."""
+        return self.export.writer
 
     def conf_dict(self) -> dict[str, Any]:
         return dict(self.conf)
@@ -101,9 +105,7 @@ class SparkJob:
         )
         return {
             "version": SPARK_JOB_VERSION,
-            "source": dict(self.source),
-            "writer_arguments": list(self.writer_arguments),
-            "writer": self.writer,
+            "export": self.export.to_dict(),
             "spark_conn_id": self.spark_conn_id,
             "kafka_conn_id": self.kafka_conn_id,
             "spark_mode": self.spark_mode,
@@ -118,19 +120,21 @@ class SparkJob:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> SparkJob:
-        """The job a ledger row recorded; a clear error for one this version cannot read."""
+        """The job a ledger row recorded, by the reader of its version; a clear error for
+        a version this release cannot read."""
         version = record.get("version")
-        if version != SPARK_JOB_VERSION:
+        reader = _READERS.get(version)  # type: ignore[arg-type]
+        if reader is None:
             raise ConfigurationError(
                 f"the recorded Spark job has layout version {version!r}; this kafka2pc reads "
-                f"{SPARK_JOB_VERSION}"
+                f"{sorted(_READERS)}: upgrade kafka2pc"
             )
+        values = reader(record)
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in record.items() if k in known}
+        values = {k: v for k, v in values.items() if k in known}
         for name in ("conf", "env_vars", "submit"):
             values[name] = _pairs(values.get(name))
-        for name in ("writer_arguments", "withheld"):
-            values[name] = tuple(values.get(name) or ())
+        values["withheld"] = tuple(values.get("withheld") or ())
         return cls(**values)
 
     def with_conf(self, conf: Mapping[str, Any]) -> SparkJob:
@@ -138,11 +142,25 @@ class SparkJob:
         return replace(self, conf=_pairs(conf))
 
 
+def _read_version_1(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Releases up to 0.2.0: the export as the application's flags."""
+    argv = [*source_arguments(record.get("source")), *(record.get("writer_arguments") or ())]
+    return {**record, "export": from_argv(argv)}
+
+
+def _read_version_2(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {**record, "export": ExportSpec.from_dict(record.get("export") or {})}
+
+
+_READERS: dict[int, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    1: _read_version_1,
+    2: _read_version_2,
+}
+
+
 def describe_job(
     *,
-    source: Mapping[str, Any],
-    writer_arguments: list[str],
-    writer: str,
+    export: ExportSpec,
     spark_conn_id: str,
     kafka_conn_id: str,
     conf: Mapping[str, Any] | None = None,
@@ -152,9 +170,7 @@ def describe_job(
 ) -> SparkJob:
     """A :class:`SparkJob` from plain mappings (what an operator holds)."""
     return SparkJob(
-        source=source,
-        writer_arguments=tuple(writer_arguments),
-        writer=writer,
+        export=export,
         spark_conn_id=spark_conn_id,
         kafka_conn_id=kafka_conn_id,
         conf=_pairs(conf),

@@ -39,7 +39,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark import StorageLevel
@@ -54,10 +53,12 @@ from ..naming import validate_transactional_id
 from ..protocol.client import KafkaProtocol
 from ..transaction.committable import Committable
 from ..transaction.manifest import ALIGNED, HASH, PARTITIONINGS, SOURCE, Manifest
-from ..transaction.routing import Routing, routing
+from ..transaction.routing import Routing
 from .alignment import Alignment, register_key_hash, why_not_aligned
 from .connect import is_connect, ship_settings
 from .encoding import encode_columns, job_refusal, partitioned_input, resolved_schemas
+from .export_spec import ExportSpec
+from .job import Repair
 from .jvm_writer import (
     AUTO,
     JVM,
@@ -92,24 +93,6 @@ from .wire import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Repair:
-    """Loss repair: rewrite only ``partitions`` (indexes), each under its own id of
-    ``transactional_ids``, and only if every partition of the recomputed input still holds
-    ``expected_rows[i]`` rows; otherwise :class:`SourceChangedError`, nothing written."""
-
-    partitions: Sequence[int]
-    expected_rows: Sequence[int]
-    #: How the prepare being repaired partitioned (:data:`~..transaction.manifest.ALIGNED`
-    #: or ``HASH``, the ledger's record): the repair partitions alike, whatever the topic
-    #: looks like now. None (a batch recorded before the ledger kept it): decided afresh.
-    partitioning: str | None = None
-    #: With :data:`~..transaction.manifest.SOURCE`: the prepare's
-    #: :meth:`~.source_splits.SourceSplits.to_dict` (the ledger's record).
-    source_splits: Mapping[str, Any] | None = None
-
-
-@restoring_settings
 def prepare_dataframe(
     df: DataFrame,
     *,
@@ -189,12 +172,79 @@ def prepare_dataframe(
         a shuffle, aligned where that applies (by ``align_with_kafka``), else by hash;
         :data:`~..transaction.manifest.HASH`: a shuffle by hash. The manifest records
         what was used. A loss repair partitions as its prepare did.
+    The options are gathered into one :class:`~.export_spec.ExportSpec` and prepared by
+    :func:`prepare_export`, which every path calls with the spec it was given.
+
     :return: the prepared batch; its transactions stay open for the commit phase. With
         ``repair`` it holds the selected partitions' committables in index order
         (``metadata["partitions"]``), their rows as ``source_rows``, and every partition's
         rows in ``partition_rows``.
     """
-    route = routing(topic, topic_column, topics)
+    wire = wire or WireOptions()
+    spec = ExportSpec(
+        topic=topic,
+        topic_column=topic_column,
+        topics=None if topics is None else tuple(topics),
+        key_column=key_column,
+        value_column=value_column,
+        header_columns=tuple(header_columns),
+        value_format=wire.value_format,
+        key_format=wire.key_format,
+        tombstone_when=wire.tombstone_when,
+        timestamp_column=wire.timestamp_column,
+        transaction_timeout_ms=transaction_timeout_ms,
+        progress_interval_s=progress_interval_s or 0,
+        align_with_kafka=align_with_kafka,
+        partitioning=partitioning,
+        writer=writer,
+    )
+    return prepare_export(
+        df,
+        spec,
+        transactional_ids=transactional_ids,
+        producer_config=producer_config,
+        registry=wire.registry,
+        job_label=job_label,
+        require_keys=require_keys,
+        on_batch=on_batch,
+        repair=repair,
+        topic_partitions=topic_partitions,
+    )
+
+
+@restoring_settings
+def prepare_export(
+    df: DataFrame,
+    spec: ExportSpec,
+    *,
+    transactional_ids: Sequence[str],
+    producer_config: Mapping[str, Any],
+    registry: Mapping[str, Any] | None = None,
+    job_label: str | None = None,
+    require_keys: bool | None = None,
+    on_batch: ArrowBatchCallback | None = None,
+    repair: Repair | None = None,
+    topic_partitions: Future[dict[str, int]] | None = None,
+) -> Manifest:
+    """Write ``df`` into ``len(transactional_ids)`` open Kafka transactions as ``spec`` says,
+    one per partition: the prepare of every path (:func:`prepare_dataframe` documents each
+    option). The run's own inputs are apart from the spec: the leased ids, the Kafka and
+    schema registry settings (``registry``: ``SchemaRegistryClient`` settings, needed with a
+    registry format), the job's label, a loss repair, the topic check under way.
+    """
+    route = spec.route
+    key_column, value_column = spec.key_column, spec.value_column
+    header_columns = list(spec.header_columns)
+    transaction_timeout_ms = spec.transaction_timeout_ms
+    progress_interval_s = spec.progress_interval_s
+    align_with_kafka, partitioning, writer = spec.align_with_kafka, spec.partitioning, spec.writer
+    wire = WireOptions(
+        registry=registry,
+        value_format=spec.value_format,
+        key_format=spec.key_format,
+        tombstone_when=spec.tombstone_when,
+        timestamp_column=spec.timestamp_column,
+    )
     ids = [validate_transactional_id(t, "transactional_ids[]") for t in transactional_ids]
     if not ids:
         raise ConfigurationError("transactional_ids must name at least one id")
@@ -262,7 +312,6 @@ def prepare_dataframe(
         job_label,
         topic_partitions,
     )
-    wire = wire or WireOptions()
     # columns, before the registry
     encode_columns(df, key_column, value_column, header_columns, wire=wire, route=route)
     schemas = resolved_schemas(df, route, wire, key_column, value_column)

@@ -58,7 +58,9 @@ class WireOptions:
     def __post_init__(self) -> None:
         if (self.value_format or self.key_format) and not self.registry:
             raise ConfigurationError(
-                "a registry value/key format needs the schema registry's settings (its url)"
+                "a registry value/key format needs the schema registry's settings (its url): "
+                "registry_conn_id for the export's tasks, --registry-config-file for the "
+                "application, registry= for prepare_in_job"
             )
 
     @property

@@ -8,14 +8,15 @@ import json
 import pytest
 
 from airflow_provider_kafka2pc.errors import ConfigurationError
+from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
 from airflow_provider_kafka2pc.spark.job_spec import SPARK_JOB_VERSION, SparkJob, describe_job
 
+SOURCE = {"path": "/data/orders", "format": "json", "options": {"multiLine": "true"}}
 
-def job(**changes) -> SparkJob:
+
+def job(source=SOURCE, **changes) -> SparkJob:
     values = {
-        "source": {"path": "/data/orders", "format": "json", "options": {"multiLine": "true"}},
-        "writer_arguments": ["--topic", "orders", "--writer", "auto"],
-        "writer": "auto",
+        "export": ExportSpec(source=source, topic="orders"),
         "spark_conn_id": "spark_default",
         "kafka_conn_id": "kafka_default",
         "conf": {"spark.sql.shuffle.partitions": "4"},
@@ -33,7 +34,7 @@ def test_the_record_reads_back_as_the_same_job():
     assert record["version"] == SPARK_JOB_VERSION
     again = SparkJob.from_record(record)
     assert again == original
-    assert again.arguments == [
+    assert again.export.to_argv() == [
         "--source-path",
         "/data/orders",
         "--source-format",
@@ -42,14 +43,72 @@ def test_the_record_reads_back_as_the_same_job():
         "multiLine=true",
         "--topic",
         "orders",
-        "--writer",
-        "auto",
     ]
+
+
+#: A ledger row's ``spark_job`` as release 0.2.0 wrote it: the export as application flags.
+RECORD_0_2_0 = {
+    "version": 1,
+    "source": {"sql": "SELECT * FROM orders WHERE day = '2026-11-01'"},
+    "writer_arguments": [
+        "--topic-column",
+        "dest",
+        "--topics",
+        "orders,refunds",
+        "--transaction-timeout-ms",
+        "600000",
+        "--progress-interval-s",
+        "30.0",
+        "--no-align-with-kafka",
+        "--writer",
+        "jvm",
+        "--shuffle",
+        "--key-column",
+        "id",
+        "--header-column",
+        "trace",
+        "--value-format",
+        '{"schema": null, "subject_name_strategy": "topic_name", "record_name": "Order", '
+        '"namespace": "", "auto_register": true, "schema_type": "AVRO"}',
+        "--tombstone-when",
+        "deleted",
+        "--timestamp-column",
+        "ts",
+    ],
+    "writer": "jvm",
+    "spark_conn_id": "spark_default",
+    "kafka_conn_id": "kafka_default",
+    "spark_mode": None,
+    "registry_conn_id": "registry",
+    "name": "kafka2pc-prepare",
+    "conf": {"spark.sql.shuffle.partitions": "4"},
+    "env_vars": {},
+    "submit": {},
+    "manifest_dir": None,
+    "withheld": [],
+}
+
+
+def test_a_record_of_release_0_2_0_reads_as_the_same_export():
+    old = SparkJob.from_record(RECORD_0_2_0)
+    spec = old.export
+    assert spec.source == RECORD_0_2_0["source"]
+    assert (spec.topic_column, spec.topics, spec.key_column) == ("dest", ("orders", "refunds"), "id")
+    assert spec.header_columns == ("trace",) and spec.writer == "jvm"
+    assert spec.partitioning == "hash"  # --shuffle --no-align-with-kafka
+    assert spec.value_format is not None and spec.value_format.record_name == "Order"
+    assert (spec.tombstone_when, spec.timestamp_column) == ("deleted", "ts")
+    assert spec.transaction_timeout_ms == 600000
+    assert old.registry_conn_id == "registry" and old.conf_dict() == {
+        "spark.sql.shuffle.partitions": "4"
+    }
+    # and it is written back in today's layout, read back the same
+    assert SparkJob.from_record(json.loads(json.dumps(old.record()))) == old
 
 
 def test_the_job_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        job().writer = "python"  # type: ignore[misc]
+        job().export = ExportSpec(topic="x")  # type: ignore[misc]
 
 
 def test_settings_named_like_secrets_stay_out_of_the_record():
@@ -72,5 +131,7 @@ def test_settings_named_like_secrets_stay_out_of_the_record():
 def test_a_malformed_source_or_a_newer_record_is_refused_clearly():
     with pytest.raises(ConfigurationError, match="exactly one of"):
         job(source={"path": "/a", "table": "t"})
+    with pytest.raises(ConfigurationError, match="needs a source"):
+        job(source=None)
     with pytest.raises(ConfigurationError, match="layout version 99"):
         SparkJob.from_record({**job().record(), "version": 99})

@@ -9,7 +9,8 @@ import pytest
 
 from airflow_provider_kafka2pc.errors import ConfigurationError, SourceChangedError
 from airflow_provider_kafka2pc.ledger import ParticipantState as P
-from airflow_provider_kafka2pc.spark.app import parse_args, requested_partitioning
+from airflow_provider_kafka2pc.spark.app import parse_args
+from airflow_provider_kafka2pc.spark.export_spec import from_arguments
 from airflow_provider_kafka2pc.spark.job import repair_arguments
 from airflow_provider_kafka2pc.spark.partitionings import check_partitioning
 from airflow_provider_kafka2pc.spark.source_splits import SourceSplits, check_unchanged
@@ -62,17 +63,22 @@ def test_the_repair_hands_the_record_to_the_application():
     args = repair_arguments(parts, parts[1:2], SOURCE, RECORD.to_dict())
     base = ["--source-path", "/data", "--topic", "t", "--transactional-ids", "a,b,c"]
     parsed = parse_args([*base, "--manifest", "/m.json", *args])
-    assert parsed.only_partitions == [1] and parsed.partitioning == SOURCE
+    assert parsed.only_partitions == [1] and parsed.recorded_partitioning == SOURCE
     assert SourceSplits.from_dict(parsed.source_splits) == RECORD
-    assert parsed.shuffle is not False  # the repair follows the record, not --no-shuffle
+    assert from_arguments(parsed).partitioning == "auto"  # the repair follows the record
     assert repair_arguments(parts, parts[1:2], "hash")[-2:] == ["--partitioning", "hash"]
 
 
 def test_no_shuffle_is_an_option_of_the_application():
     base = ["--source-path", "/d", "--topic", "t", "--transactional-ids", "a", "--manifest", "m"]
-    assert requested_partitioning(parse_args(base)) == "auto"
-    assert requested_partitioning(parse_args([*base, "--no-shuffle"])) == SOURCE
-    assert requested_partitioning(parse_args([*base, "--shuffle"])) is None
+
+    def asked(*extra: str) -> str:
+        return from_arguments(parse_args([*base, *extra])).partitioning
+
+    assert asked() == "auto"
+    assert asked("--no-shuffle") == asked("--partition-by", SOURCE) == SOURCE
+    assert asked("--shuffle") == "kafka-aligned"  # the shuffle of earlier releases
+    assert asked("--shuffle", "--no-align-with-kafka") == asked("--partition-by", "hash") == "hash"
 
 
 def test_the_partitionings_a_prepare_may_be_asked_for():

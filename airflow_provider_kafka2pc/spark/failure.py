@@ -1,0 +1,74 @@
+"""Why a prepare job failed, carried across the process boundary with its class and words.
+
+spark-submit reports only an exit code: the Spark provider's hook raises
+``AirflowException("Cannot execute: spark-submit ...")`` for any of them, and Airflow would
+retry a refusal no retry can mend. So the application writes a :class:`JobFailure` beside its
+manifest (:func:`failure_uri`) before it exits non-zero, and the task that ran it raises the
+same kafka2pc error again (:meth:`JobFailure.error`): its class, its message first, and
+whether a retry can help (:class:`~..errors.PermanentError`) survive the boundary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .. import errors
+from ..errors import Kafka2pcError, PermanentError, PrepareError
+
+#: Version of the failure document; a reader ignores another one.
+FAILURE_VERSION = 1
+
+
+def failure_uri(manifest: str) -> str:
+    """Where a job whose manifest goes to ``manifest`` writes its failure."""
+    return f"{manifest}.failure.json"
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A kafka2pc error as the job raised it: its class name, message and kind."""
+
+    error: str
+    message: str
+    permanent: bool
+
+    @classmethod
+    def of(cls, exc: BaseException) -> JobFailure:
+        return cls(type(exc).__name__, str(exc), isinstance(exc, PermanentError))
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "version": FAILURE_VERSION,
+                "error": self.error,
+                "message": self.message,
+                "permanent": self.permanent,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> JobFailure | None:
+        """The failure a job wrote; None for a document this release cannot read."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("version") != FAILURE_VERSION:
+            return None
+        return cls(str(data.get("error")), str(data.get("message")), bool(data.get("permanent")))
+
+    def exception(self, detail: str = "") -> Kafka2pcError:
+        """The error to raise in the task: the job's own class where this release has it
+        (built from its message), else a :class:`PrepareError` (or a permanent
+        :class:`~..errors.ConfigurationError`) that names it. ``detail`` follows the
+        message (where the Spark log is)."""
+        message = f"{self.message}{detail}"
+        found = getattr(errors, self.error, None)
+        if isinstance(found, type) and issubclass(found, Kafka2pcError):
+            try:
+                return found(message)
+            except TypeError:  # a class with more required arguments: keep its kind
+                pass
+        kind: type[Kafka2pcError] = errors.ConfigurationError if self.permanent else PrepareError
+        return kind(f"{self.error}: {message}")

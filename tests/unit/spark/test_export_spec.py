@@ -1,0 +1,136 @@
+"""The export spec: one object, validated once, the same through JSON, the command line and
+the readers of older layouts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from airflow_provider_kafka2pc.errors import (
+    ConfigurationError,
+    PrepareError,
+    SchemaRefusedError,
+    SourceChangedError,
+)
+from airflow_provider_kafka2pc.spark.export_spec import (
+    EXPORT_SPEC_VERSION,
+    OPTIONS,
+    ExportSpec,
+    from_argv,
+)
+from airflow_provider_kafka2pc.spark.external import JobParameters
+from airflow_provider_kafka2pc.spark.failure import JobFailure
+
+#: A value other than the default for every option: the round trips below cover each field.
+EVERY_OPTION = ExportSpec(
+    source={"path": "/d", "format": "csv", "options": {"header": "true"}, "filter": "x > 1"},
+    topic_column="dest",
+    topics=("orders", "refunds"),
+    key_column="id",
+    value_column="payload",
+    header_columns=("trace", "origin"),
+    value_format={"schema_type": "JSON", "subject_name_strategy": "topic_record_name"},
+    key_format={"record_name": "Key"},
+    tombstone_when="deleted",
+    timestamp_column="ts",
+    allow_expiring_timestamps=True,
+    transaction_timeout_ms=60000,
+    progress_interval_s=5.0,
+    align_with_kafka=False,
+    partitioning="hash",
+    writer="python",
+)
+
+
+def test_every_option_is_set_in_the_round_trips():
+    unset = [
+        f.name for f in dataclasses.fields(ExportSpec) if getattr(EVERY_OPTION, f.name) == f.default
+    ]
+    assert unset == ["topic"]  # topic_column is given instead
+    assert [f.name for f in dataclasses.fields(ExportSpec)] == list(OPTIONS)
+
+
+@pytest.mark.parametrize("spec", [EVERY_OPTION, ExportSpec(topic="t", source={"table": "x"})])
+def test_json_and_the_command_line_give_back_the_same_spec(spec):
+    assert ExportSpec.from_dict(json.loads(spec.to_json())) == spec
+    assert from_argv(spec.to_argv()) == spec
+
+
+def test_every_option_has_help_for_the_command_line():
+    for f in dataclasses.fields(ExportSpec):
+        assert f.metadata.get("help"), f.name
+
+
+def test_the_spec_is_frozen_and_validated_once():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        EVERY_OPTION.writer = "jvm"  # type: ignore[misc]
+    for bad, named in (
+        ({"topic": "t", "topic_column": "c", "topics": ["t"]}, "exactly one of topic"),
+        ({"topic": "t", "writer": "rust"}, "writer"),
+        ({"topic": "t", "partitioning": "shuffle"}, "partitioning must be one of"),
+        ({"topic": "t", "transaction_timeout_ms": 0}, "transaction_timeout_ms"),
+        ({"topic": "t", "value_format": {"nope": 1}}, "unknown registry format option"),
+        ({"topic": "t", "source": {"sql": "x", "table": "y"}}, "exactly one of"),
+    ):
+        with pytest.raises(ConfigurationError, match=named):
+            ExportSpec(**bad)
+
+
+def test_another_version_or_an_unknown_option_is_refused_by_name():
+    record = EVERY_OPTION.to_dict()
+    assert record["version"] == EXPORT_SPEC_VERSION
+    with pytest.raises(ConfigurationError, match="version 99"):
+        ExportSpec.from_dict({**record, "version": 99})
+    with pytest.raises(ConfigurationError, match=r"unknown options \['compression'\]"):
+        ExportSpec.from_dict({**record, "compression": "zstd"})
+
+
+def test_the_shuffle_of_earlier_releases_reads_as_its_partitioning():
+    assert from_argv(["--topic", "t", "--shuffle"]).partitioning == "kafka-aligned"
+    assert from_argv(["--topic", "t", "--no-shuffle"]).partitioning == "source-splits"
+    assert ExportSpec(topic="t", partitioning=None, align_with_kafka=False).partitioning == "hash"
+
+
+def test_job_parameters_carry_the_spec_and_read_release_0_2_0s():
+    params = JobParameters(EVERY_OPTION, ("p-0", "p-1"), "label", "/m.json")
+    assert JobParameters.from_dict(json.dumps(params.to_dict())) == params
+    old = JobParameters.from_dict(
+        {
+            "version": 1,
+            "topic": "orders",
+            "transactional_ids": ["p-0"],
+            "job_label": "label",
+            "manifest": "/m.json",
+            "transaction_timeout_ms": 60000,
+            "key_column": "id",
+            "value_column": None,
+            "header_columns": ["h"],
+            "align_with_kafka": True,
+            "prepared": False,
+        }
+    )
+    assert old.export == ExportSpec(
+        topic="orders", key_column="id", header_columns=("h",), transaction_timeout_ms=60000
+    )
+    with pytest.raises(ConfigurationError, match="version 3"):
+        JobParameters.from_dict({**params.to_dict(), "version": 3})
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind"),
+    [
+        (ConfigurationError("topic column 'dest' names topic w_typo"), ConfigurationError),
+        (SchemaRefusedError("subject orders-value refused"), SchemaRefusedError),
+        (PrepareError("partition 3 failed"), PrepareError),
+        # more arguments than a message: the kind survives, named in the message
+        (SourceChangedError("rows changed", (1, 2)), ConfigurationError),
+    ],
+)
+def test_a_job_failure_is_raised_again_with_its_class_and_words(raised, kind):
+    failure = JobFailure.from_json(JobFailure.of(raised).to_json())
+    again = failure.exception(" (the Spark log is above)")
+    assert type(again) is kind
+    assert str(again).endswith(f"{raised} (the Spark log is above)")
+    assert JobFailure.from_json("not json") is None
