@@ -93,7 +93,11 @@ def test_a_record_of_release_0_2_0_reads_as_the_same_export():
     old = SparkJob.from_record(RECORD_0_2_0)
     spec = old.export
     assert spec.source == RECORD_0_2_0["source"]
-    assert (spec.topic_column, spec.topics, spec.key_column) == ("dest", ("orders", "refunds"), "id")
+    assert (spec.topic_column, spec.topics, spec.key_column) == (
+        "dest",
+        ("orders", "refunds"),
+        "id",
+    )
     assert spec.header_columns == ("trace",) and spec.writer == "jvm"
     assert spec.partitioning == "hash"  # --shuffle --no-align-with-kafka
     assert spec.value_format is not None and spec.value_format.record_name == "Order"
