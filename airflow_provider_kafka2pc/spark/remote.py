@@ -35,7 +35,7 @@ def prepare_remote(
     *,
     transactional_ids: Sequence[str],
     manifest: str,
-    job_label: str,
+    job_label: str | None,
     producer_config: Mapping[str, Any],
     registry: Mapping[str, Any] | None = None,
     repair: Repair | None = None,
@@ -72,10 +72,34 @@ def prepare_remote(
     return batch
 
 
+def prepare_remote_argv(
+    spark: Any,
+    argv: Sequence[str],
+    producer_config: Mapping[str, Any],
+    registry: Mapping[str, Any] | None = None,
+) -> Manifest:
+    """:func:`prepare_remote` of the application's command line (``--spec-file`` or the
+    spec's flags, and the run's): a prepare on Connect run by hand, or by a benchmark."""
+    from .app import parse_args, repair_of, transactional_ids
+    from .export_spec import from_arguments
+
+    args = parse_args(argv)
+    return prepare_remote(
+        spark,
+        from_arguments(args),
+        transactional_ids=transactional_ids(args),
+        manifest=args.manifest,
+        job_label=args.job_label,
+        producer_config=producer_config,
+        registry=registry,
+        repair=repair_of(args),
+    )
+
+
 def _refuse(
     spec: ExportSpec,
     manifest: str,
-    job_label: str,
+    job_label: str | None,
     repair: Repair | None,
     why: str,
     partition_rows: Sequence[int],

@@ -39,13 +39,16 @@ def main(argv: list[str]) -> int:
 
     from airflow_provider_kafka2pc.spark.app import kafka_config, parse_args
     from airflow_provider_kafka2pc.spark.connect import remote_session
-    from airflow_provider_kafka2pc.spark.remote import prepare_remote
+    from airflow_provider_kafka2pc.spark.export_spec import from_arguments
+    from airflow_provider_kafka2pc.spark.remote import prepare_remote_argv
 
     marks = {"imported": now_ms()}
     args = parse_args(options)
-    with remote_session(url, f"kafka2pc-prepare-{args.topic}") as spark:
+    with remote_session(
+        url, f"kafka2pc-prepare-{'+'.join(from_arguments(args).route.topics)}"
+    ) as spark:
         marks["session"] = now_ms()
-        batch = prepare_remote(spark, options, kafka_config(args))
+        batch = prepare_remote_argv(spark, options, kafka_config(args))
         marks["prepared"] = now_ms()
     marks["released"] = now_ms()
     print(json.dumps({"source_rows": batch.source_rows, "manifest": args.manifest}))

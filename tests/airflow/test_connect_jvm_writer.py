@@ -22,7 +22,7 @@ from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark.alignment import JAR
 from airflow_provider_kafka2pc.spark.connect import remote_session
 from airflow_provider_kafka2pc.spark.jvm_writer import FAULT_PROPERTY, kafka_clients_jar
-from airflow_provider_kafka2pc.spark.remote import prepare_remote
+from airflow_provider_kafka2pc.spark.remote import prepare_remote_argv
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from tests.airflow.test_export_connect import ui_pages
@@ -74,7 +74,7 @@ def test_auto_on_a_server_with_the_jar_prepares_several_topics_with_the_jvm_writ
     config = {**settings, "sasl.username": "kafka2pc-user", "sasl.password": secret}
     source = routed_rows(tmp_path / "rows.json", topics)
     with remote_session(server.url, "connect-jvm") as spark:
-        batch = prepare_remote(spark, argv(source, manifest, ids, topics), config)
+        batch = prepare_remote_argv(spark, argv(source, manifest, ids, topics), config)
         # The session settings that carried the secret and the results are gone.
         assert not [k for k in spark.conf.getAll if k.startswith("kafka2pc.")]
 
@@ -110,7 +110,7 @@ def test_a_task_failing_mid_write_fails_the_prepare_and_leaves_nothing_open(
         # Partition 1 fails after 20 rows in every attempt (the writer's own error path).
         spark.conf.set(FAULT_PROPERTY, "1,20,-1,fail")
         with pytest.raises(Kafka2pcError, match="open transactions"):
-            prepare_remote(spark, argv(source, manifest, ids, topics), settings)
+            prepare_remote_argv(spark, argv(source, manifest, ids, topics), settings)
     assert not manifest.exists()
     # The failed task aborted its own and the job's abort fenced the ids; then, as after any
     # failed prepare, the orchestrator fences them (PrepareError says so): a task being
@@ -142,7 +142,7 @@ def test_auto_on_a_server_without_the_jar_falls_back_to_the_python_writer(
         connect_server(tmp_path / "plain") as plain,
         remote_session(plain.url, "connect-nojar") as spark,
     ):
-        batch = prepare_remote(spark, argv(source, manifest, ids, topics), settings)
+        batch = prepare_remote_argv(spark, argv(source, manifest, ids, topics), settings)
     assert batch.metadata["writer"] == "python"
     assert "--jars" in batch.metadata["writer_reason"], batch.metadata
     TransactionController(protocol).commit_all(batch.committables)

@@ -18,7 +18,7 @@ import pytest
 from airflow_provider_kafka2pc.errors import ConfigurationError
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark.connect import remote_session
-from airflow_provider_kafka2pc.spark.remote import prepare_remote
+from airflow_provider_kafka2pc.spark.remote import prepare_remote_argv
 from tests.conftest import audit, unique_id, write_jsonl
 from tests.support.connect import ConnectServer, connect_server
 
@@ -61,7 +61,7 @@ def test_an_option_connect_cannot_honour_is_refused_before_anything_is_written(
         remote_session(server.url, "connect-options") as spark,
         pytest.raises(ConfigurationError, match=reason),
     ):
-        prepare_remote(spark, argv, settings)
+        prepare_remote_argv(spark, argv, settings)
     assert not manifest.exists()
     totals = audit(protocol, topic).totals
     assert totals["committed"] == totals["open"] == totals["aborted"] == 0

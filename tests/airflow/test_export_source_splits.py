@@ -96,7 +96,7 @@ def test_an_unknown_partitioning_is_refused_when_the_dag_is_defined(export_dag, 
     with pytest.raises(ConfigurationError, match="partitioning must be one of"):
         export_dag(topic=make_topic(1), partitioning="random")
 
-    def args(**kwargs):
+    def spec(**kwargs):
         return SparkKafkaPrepareOperator(
             task_id="prepare",
             export_id="e",
@@ -106,11 +106,9 @@ def test_an_unknown_partitioning_is_refused_when_the_dag_is_defined(export_dag, 
             num_partitions=2,
             id_prefix="p",
             **kwargs,
-        )._writer_args()
+        ).export_spec()
 
-    assert "--no-shuffle" in args(partitioning=SOURCE)
-    # The default (auto) leaves the choice to the application; the others ask for a shuffle.
-    assert not {"--shuffle", "--no-shuffle"} & set(args())
-    assert {"--shuffle", "--align-with-kafka"} <= set(args(partitioning="kafka-aligned"))
-    assert {"--shuffle", "--no-align-with-kafka"} <= set(args(partitioning="hash"))
-    assert args()[args().index("--writer") + 1] == "auto"
+    # The spec carries each request as asked; the default (auto) leaves the choice to the job.
+    for asked in (SOURCE, "kafka-aligned", "hash", "auto"):
+        assert spec(partitioning=asked).partitioning == asked
+    assert spec().writer == "auto"

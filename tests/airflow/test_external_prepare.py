@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_kafka2pc.errors import ConfigurationError
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState
+from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
 from airflow_provider_kafka2pc.spark.external import JobParameters
 from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once
@@ -53,7 +54,9 @@ def test_the_example_parses_without_any_connection(monkeypatch, airflow_db):
 
 
 def test_the_job_parameters_round_trip_and_refuse_another_version():
-    params = JobParameters("t", ("a-0", "a-1"), "e/k#1", "/m.json", key_column="k")
+    params = JobParameters(
+        ExportSpec(topic="t", key_column="k"), ("a-0", "a-1"), "e/k#1", "/m.json"
+    )
     assert JobParameters.from_dict(json.dumps(params.to_dict())) == params
     with pytest.raises(ConfigurationError, match="version"):
         JobParameters.from_dict({**params.to_dict(), "version": 99})

@@ -617,7 +617,8 @@ def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, m
 
 def test_the_prepare_application_takes_the_wire_options(tmp_path: Path):
     """spark-submit's options: the formats as JSON, the registry settings from a file."""
-    from airflow_provider_kafka2pc.spark.app import parse_args, wire_options
+    from airflow_provider_kafka2pc.spark.app import parse_args, registry_settings
+    from airflow_provider_kafka2pc.spark.export_spec import from_arguments
 
     conf = tmp_path / "registry.json"
     conf.write_text(json.dumps({"url": "http://r:8081", "basic.auth.user.info": "u:p"}))
@@ -642,8 +643,8 @@ def test_the_prepare_application_takes_the_wire_options(tmp_path: Path):
             "updated_at",
         ]
     )
-    wire = wire_options(args)
-    assert wire.registry == {"url": "http://r:8081", "basic.auth.user.info": "u:p"}
+    wire = from_arguments(args)
+    assert registry_settings(args) == {"url": "http://r:8081", "basic.auth.user.info": "u:p"}
     assert wire.value_format == RegistryFormat(
         subject_name_strategy="topic_record_name", record_name="Order"
     )
@@ -652,18 +653,20 @@ def test_the_prepare_application_takes_the_wire_options(tmp_path: Path):
         "deleted",
         "updated_at",
     )
-    with pytest.raises(SystemExit):
-        parse_args(
-            [
-                "--source-table",
-                "t",
-                "--topic",
-                "x",
-                "--transactional-ids",
-                "a-0",
-                "--manifest",
-                "m",
-                "--value-format",
-                '{"subject_name_strategy": "nope"}',
-            ]
+    with pytest.raises(ConfigurationError, match="subject_name_strategy"):
+        from_arguments(
+            parse_args(
+                [
+                    "--source-table",
+                    "t",
+                    "--topic",
+                    "x",
+                    "--transactional-ids",
+                    "a-0",
+                    "--manifest",
+                    "m",
+                    "--value-format",
+                    '{"subject_name_strategy": "nope"}',
+                ]
+            )
         )
