@@ -206,9 +206,7 @@ class SparkJobHook(BaseHook):
                 failure = _failure(manifest)
                 if failure is None:
                     raise
-                raise failure.exception(
-                    f" (raised by the Spark job; its log is above: {_first_line(exc)})"
-                ) from exc
+                raise failure.exception(" (raised by the Spark job; its log is above)") from exc
 
     def _submit(self, application_args: list[str]) -> None:
         """spark-submit of the application with ``application_args``, waited for."""
@@ -334,11 +332,6 @@ def _read_text(uri: str) -> str:
     from airflow.sdk import ObjectStoragePath
 
     return ObjectStoragePath(uri).read_text()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _refusal(read: Any) -> str | None:

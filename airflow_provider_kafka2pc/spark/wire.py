@@ -9,6 +9,7 @@ A bad option fails here, with nothing written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,6 +226,8 @@ def bad_timestamp_refusal(exc: Exception) -> ConfigurationError | None:
     for mark in (BAD_TIMESTAMP_MARK, NULL_FIELD_MARK):
         at = text.find(mark)
         if at >= 0:
-            said = text[at:].splitlines()[0]
+            said = text[at + len(mark) :].splitlines()[0].lstrip(": ")
+            # Spark appends the raise_error's SQL state to the message: not the user's words.
+            said = re.sub(r"\s*SQLSTATE: \w+\s*$", "", said)
             return ConfigurationError(f"{said}; nothing was written")
     return None

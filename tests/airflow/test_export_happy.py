@@ -35,8 +35,11 @@ class SpyPrepare(SparkKafkaPrepareOperator):
 
         def spy(args, conf):  # SparkJobHook builds Spark's hook right before submitting
             path = Path(args[args.index("--kafka-config-file") + 1])
+            spec = Path(args[args.index("--spec-file") + 1])
             SpyPrepare.seen.update(
                 args=list(args),
+                spec=json.loads(spec.read_text()),
+                spec_mode=stat.S_IMODE(spec.stat().st_mode),
                 conf=dict(job.conf_dict()),
                 path=path,
                 mode=stat.S_IMODE(path.stat().st_mode),
@@ -114,11 +117,13 @@ def test_happy_path_commits_exactly_once_without_leaking_secrets(
 
     # The secret reached the Spark job only through a private file, now removed.
     seen = SpyPrepare.seen
-    assert seen["args"][seen["args"].index("--writer") + 1] == writer
+    # The export's options in one file, the spec the ledger records.
+    assert seen["spec"]["writer"] == writer and seen["spec_mode"] == 0o600
+    assert seen["spec"] == batch.spark_job["export"]
     assert seen["settings"]["sasl.password"] == secret
     assert seen["mode"] == 0o600 and not seen["path"].exists()
     assert secret not in json.dumps([seen["args"], seen["conf"]])
-    assert batch.spark_job["writer"] == writer and secret not in json.dumps(batch.spark_job)
+    assert secret not in json.dumps([seen["spec"], batch.spark_job])
     # The driver JVM maps the class-data-sharing archive once one is written (another test
     # worker may write it meanwhile: the state only moves forward).
     driver_options = seen["submitted"].get("spark.driver.extraJavaOptions", "")

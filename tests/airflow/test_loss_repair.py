@@ -326,7 +326,7 @@ def test_flink_data_loss_scenario_is_repaired_exactly_once(
     decided = seen["batch"]
     assert decided.verdict is Verdict.COMMIT and decided.state is BatchState.COMMIT_DECIDED
     # The repair ran the job the prepare recorded (its writer), not the DAG's prepare task.
-    assert decided.spark_job["writer"] == writer and decided.spark_job["source"]
+    assert decided.spark_job["export"]["writer"] == writer and decided.spark_job["export"]["source"]
     prepared = seen["prepared"]
     assert len(seen["late"]) == 2
     committed = result.xcom("commit")

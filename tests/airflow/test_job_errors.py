@@ -1,0 +1,101 @@
+"""A refusal raised inside the Spark job keeps its class and words in the task, fails the
+task without a retry, and leaves nothing open: spark-submit, under dag.test().
+
+spark-submit reports only an exit code (the Spark provider raises ``AirflowException:
+Cannot execute: spark-submit ...``); the application writes its error beside the manifest
+and the task raises it again (airflow_provider_kafka2pc/spark/failure.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+
+from airflow_provider_kafka2pc.errors import ConfigurationError
+from airflow_provider_kafka2pc.export import default_id_prefix
+from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
+from airflow_provider_kafka2pc.version_compat import AirflowFailException
+from tests.airflow import dagtest
+from tests.conftest import assert_exactly_once
+
+ROWS = 40
+
+
+class RaisingPrepare(SparkKafkaPrepareOperator):
+    """Notes what the prepare task raised, as Airflow's task runner receives it."""
+
+    raised: ClassVar[list[BaseException]] = []
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        except BaseException as exc:
+            RaisingPrepare.raised.append(exc)
+            raise
+
+
+def _rows(expression: str) -> dict[str, str]:
+    return {
+        "sql": f"SELECT id AS order_id, CAST(id AS DOUBLE) AS amount, {expression} "
+        f"FROM range(0, {ROWS})"
+    }
+
+
+#: case -> (the export's options, given the topic; the words the job refuses with)
+CASES = {
+    # Met by the job's shuffle, before any transaction opens: a row names another topic.
+    "undeclared topic in a row": (
+        lambda topic: {
+            "topic": None,
+            "topic_column": "dest",
+            "topics": [topic],
+            "source": _rows(f"IF(id = 7, 'w_typo', '{topic}') AS dest"),
+        },
+        "names topic w_typo in some rows",
+    ),
+    # Met on the driver, when the columns are checked.
+    "string timestamp column": (
+        lambda topic: {"topic": topic, "timestamp_column": "ts", "source": _rows("'x' AS ts")},
+        "timestamp column 'ts' has type string",
+    ),
+    # Met in the rows, by the JVM, before any transaction opens.
+    "timestamp before 1970": (
+        lambda topic: {
+            "topic": topic,
+            "timestamp_column": "ts",
+            "source": _rows(
+                "IF(id = 3, CAST(-5000 AS BIGINT), CAST(1700000000000 AS BIGINT)) AS ts"
+            ),
+        },
+        "timestamp column 'ts' holds -5000 (epoch ms); record timestamps must be after 1970",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_refusal_in_the_job_fails_the_task_once_with_its_own_error(
+    case, export_dag, run_export, make_topic, protocol, bootstrap
+):
+    options, words = CASES[case]
+    topic = make_topic(2)
+    RaisingPrepare.raised.clear()
+    dag = export_dag(
+        retries=2, writer="jvm", operator_classes={"prepare": RaisingPrepare}, **options(topic)
+    )
+
+    result = run_export(dag, day=3)
+
+    assert result.state == "failed", result
+    assert result.tasks["prepare"] == "failed"
+    assert result.tries["prepare"] == 1, result.tries  # permanent: no retry of retries=2
+    # The task raised the job's own error, class and words first, not spark-submit's exit
+    # code; and as Airflow's no-retry failure.
+    [raised] = RaisingPrepare.raised
+    assert isinstance(raised, ConfigurationError) and isinstance(raised, AirflowFailException)
+    assert type(raised).__name__ == "ConfigurationError"
+    assert words in str(raised) and not str(raised).startswith("Cannot execute"), raised
+    # Nothing open, nothing visible, by both witnesses.
+    prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
+    assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
+    assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)
