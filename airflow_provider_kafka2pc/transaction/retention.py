@@ -251,7 +251,7 @@ def _refusals(
 ) -> list[Refusal]:
     found = []
     where = f"topic {policy.topic!r}"
-    value = f"{column!r}'s oldest value {iso_ms(span.oldest_ms)}"
+    value = f"the oldest value of {column!r}, {iso_ms(span.oldest_ms)},"
     if policy.before_max_ms != LONG_MAX:
         limit = now_ms - policy.before_max_ms
         if span.oldest_ms < limit:
@@ -302,7 +302,7 @@ def _refusals(
                     AFTER_MAX_MS,
                     span.newest_ms,
                     limit,
-                    f"{column!r}'s newest value {iso_ms(span.newest_ms)} is further in the "
+                    f"the newest value of {column!r}, {iso_ms(span.newest_ms)}, is further in the "
                     f"future than {where} accepts: "
                     f"{policy.setting(AFTER_MAX_MS, policy.after_max_ms)} makes the broker "
                     f"reject records after {iso_ms(limit)}, so the write would fail. Fix the "
