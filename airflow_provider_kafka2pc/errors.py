@@ -42,6 +42,18 @@ class CommittableError(PermanentError, ValueError):
     """A committable document is malformed; the message names the field."""
 
 
+class TimestampRefusedError(ConfigurationError):
+    """The records' timestamps (``timestamp_column``) are ones a topic will not keep: its
+    time retention would delete them at once, or the broker would reject the write
+    (``message.timestamp.before/after.max.ms``). Raised before any transaction opens; the
+    message names the column, the value, the topic, the setting and the fix. ``refusals``:
+    each one (:class:`~airflow_provider_kafka2pc.transaction.retention.Refusal`)."""
+
+    def __init__(self, message: str, refusals: Iterable[Any] = ()) -> None:
+        super().__init__(message)
+        self.refusals = tuple(refusals)
+
+
 class TlsError(ConfigurationError):
     """A TLS handshake with the broker failed (its certificate is not trusted or does not
     name the host, the client certificate is refused, the key does not decrypt); the
@@ -234,6 +246,7 @@ __all__ = [
     "RepairImpossibleError",
     "RetriableError",
     "SourceChangedError",
+    "TimestampRefusedError",
     "TlsError",
     "TransactionInDoubtError",
     "UnsupportedError",

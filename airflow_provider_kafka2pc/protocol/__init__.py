@@ -11,7 +11,9 @@ API), not "wire": in this project a *wire format* is what a record's value is en
   the APIs and the request versions sent: :mod:`.versions`;
 * one pure builder and one pure parser per call, nothing sent: :mod:`.metadata`
   (Metadata, FindCoordinator), :mod:`.producer` (InitProducerId, AddPartitionsToTxn,
-  Produce, EndTxn), :mod:`.fetch`, and the record batches they carry, :mod:`.records`;
+  Produce, EndTxn), :mod:`.fetch`, :mod:`.offsets` (ListOffsets: a log's start),
+  :mod:`.configs` (DescribeConfigs of topics), and the record batches they carry,
+  :mod:`.records`;
 * the thin send per call: :class:`~.client.KafkaProtocol`; the calls kafka-python's admin
   client makes (Describe/ListTransactions): :mod:`.admin`, typed by :mod:`.described`;
 * the failover transport, apart: :mod:`.transport` (one request, to a node or to whichever

@@ -21,6 +21,7 @@ from ..connection.settings import bootstrap_servers, to_kafka_python
 from ..connection.tls import check_tls
 from ..errors import UnsupportedError
 from .admin import Admin
+from .configs import ConfigEntry, describe_topic_configs_request, parse_topic_configs
 from .described import DescribedTransaction, ListedTransaction
 from .failover import Failover
 from .fetch import FETCH_MAX_BYTES, FetchAnswer, fetch_request, parse_fetch
@@ -30,6 +31,7 @@ from .metadata import (
     parse_find_coordinator,
     parse_partition_leaders,
 )
+from .offsets import log_start_request, parse_log_start
 from .producer import (
     InitProducerIdAnswer,
     ProduceAnswer,
@@ -271,6 +273,25 @@ class KafkaProtocol:
         )
         answer = self._transport.send(node, request)
         return parse_fetch(answer, with_keys=with_keys, with_records=with_records)
+
+    def log_start_offset(self, node: int, topic: str, partition: int) -> tuple[int, int]:
+        """(error code, where the partition's log starts now) from its leader ``node``
+        (ListOffsets, earliest): past offset 0 once retention or DeleteRecords removed
+        records."""
+        version = self._require(ApiKey.LIST_OFFSETS, minimum=1)
+        return parse_log_start(
+            self._transport.send(node, log_start_request(topic, partition, version))
+        )
+
+    def describe_topic_configs(
+        self, topics: Sequence[str], names: Sequence[str] | None = None
+    ) -> dict[str, dict[str, ConfigEntry]]:
+        """Topic -> setting -> its effective value and source (DescribeConfigs v1+, asked of
+        any node: every broker answers for topics); ``names``: only those settings.
+        ProtocolError naming a topic the broker refuses or does not know."""
+        version = self._require(ApiKey.DESCRIBE_CONFIGS, minimum=1)
+        request = describe_topic_configs_request(topics, names, version)
+        return parse_topic_configs(self._transport.send_any(request))
 
     # -- admin (feature-detected) -------------------------------------------
 

@@ -24,6 +24,9 @@ class FetchAnswer:
     error: int
     high_watermark: int
     batches: list[RecordBatch]
+    #: Where the partition's log starts (Fetch v5+); -1 when unknown, as on an error
+    #: (OFFSET_OUT_OF_RANGE below the log start says -1 too: ListOffsets tells).
+    log_start_offset: int = -1
 
 
 def fetch_request(
@@ -64,5 +67,8 @@ def parse_fetch(answer: Any, *, with_keys: bool, with_records: bool) -> FetchAns
             if part.error_code:
                 return FetchAnswer(part.error_code, -1, [])
             batches = parse_batches(part.records, with_keys, with_records)
-            return FetchAnswer(ErrorCode.NONE, part.high_watermark, batches)
+            log_start = getattr(part, "log_start_offset", None)
+            return FetchAnswer(
+                ErrorCode.NONE, part.high_watermark, batches, -1 if log_start is None else log_start
+            )
     return FetchAnswer(ErrorCode.NONE, -1, [])

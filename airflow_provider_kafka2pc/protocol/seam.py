@@ -18,7 +18,10 @@ from .versions import ApiKey
 
 
 class TransactionProtocol(Protocol):
-    """What the controller and the audit need from a broker; scripted in tests."""
+    """What the controller and the audit need from a broker; scripted in tests.
+
+    ``log_start_offset`` is asked only when a fetch answers OFFSET_OUT_OF_RANGE (the audit
+    of a log that retention or DeleteRecords shortened)."""
 
     def api_version(self, api: ApiKey, cap: int | None = None) -> int | None: ...
 
@@ -52,6 +55,8 @@ class TransactionProtocol(Protocol):
         max_bytes: int = ...,
         with_records: bool = False,
     ) -> FetchAnswer: ...
+
+    def log_start_offset(self, node: int, topic: str, partition: int) -> tuple[int, int]: ...
 
     def close(self) -> None: ...
 

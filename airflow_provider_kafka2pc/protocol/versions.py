@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import enum
 
+from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest
@@ -22,11 +24,13 @@ from kafka.protocol.producer.transaction import (
 class ApiKey(enum.IntEnum):
     PRODUCE = 0
     FETCH = 1
+    LIST_OFFSETS = 2
     METADATA = 3
     FIND_COORDINATOR = 10
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
     END_TXN = 26
+    DESCRIBE_CONFIGS = 32
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -45,12 +49,14 @@ CLIENT_ADD_PARTITIONS_MAX_VERSION = 3
 #: each bounds what may be sent. The others go through kafka-python's admin client.
 REQUESTS: dict[ApiKey, type] = {
     ApiKey.FETCH: FetchRequest,
+    ApiKey.LIST_OFFSETS: ListOffsetsRequest,
     ApiKey.METADATA: MetadataRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
     ApiKey.END_TXN: EndTxnRequest,
     ApiKey.PRODUCE: ProduceRequest,
     ApiKey.ADD_PARTITIONS_TO_TXN: AddPartitionsToTxnRequest,
+    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
 }
 
 

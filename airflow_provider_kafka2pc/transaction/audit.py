@@ -5,16 +5,22 @@ commit/abort markers itself; it never relies on the broker's aborted-transaction
 or a read_committed consumer, so it stays an independent witness beside one (the tests
 check that both agree, see ``devtools/visible.py``). A tool for operators too: records committed,
 aborted and still open, per partition and per committable.
+
+A committable whose records retention (or DeleteRecords) removed is not MISSING but
+REMOVED: the partition's log now starts past its range (``removed`` names where). The
+audit then reads each partition from its log start instead of failing on offsets no
+longer there.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.records import ControlType
+from ..errors import ProtocolError
+from ..protocol.records import ControlType, RecordBatch
 from ..protocol.seam import TransactionProtocol
 from .committable import Committable
 from .log import LogReader
@@ -22,6 +28,9 @@ from .log import LogReader
 OPEN = "OPEN"
 COMMITTED = "COMMITTED"
 ABORTED = "ABORTED"
+#: A committable's state when none of its records is in the log any more and the log
+#: starts past them: removed by retention (or DeleteRecords), not never written.
+REMOVED = "REMOVED"
 
 
 @dataclass
@@ -54,9 +63,14 @@ class PartitionAudit:
     #: (``audit_topic(tombstones=True)`` or ``duplicates=True``). Also in ``committed``.
     tombstones: int = 0
     spans: list[_Span] = field(default_factory=list)
+    #: Where the partition's log starts, when the broker said (a fetch v5+, or ListOffsets
+    #: when the audit's start was below it); records before it are gone.
+    log_start: int | None = None
 
     def to_dict(self) -> dict[str, int]:
+        extra = {} if self.log_start is None else {"log_start": self.log_start}
         return {
+            **extra,
             "committed": self.committed,
             "aborted": self.aborted,
             "open": self.open,
@@ -140,7 +154,7 @@ def _audit_partition(
 ) -> PartitionAudit:
     audit = PartitionAudit(partition, end_offset=start)
     pending: dict[int, _Span] = {}
-    for batch in reader.batches(topic, partition, start, with_keys=with_keys):
+    for batch in _from_log_start(reader, topic, partition, start, with_keys, audit):
         audit.end_offset = batch.last_offset + 1
         if batch.control is not None:
             span = pending.pop(batch.producer_id, None)
@@ -184,13 +198,43 @@ def _audit_partition(
             audit.aborted += span.count
         else:
             audit.open += span.count
+    if audit.log_start is None:
+        audit.log_start = reader.known_log_start(topic, partition)
     return audit
+
+
+def _from_log_start(
+    reader: LogReader,
+    topic: str,
+    partition: int,
+    start: int,
+    with_keys: bool,
+    audit: PartitionAudit,
+) -> Iterator[RecordBatch]:
+    """The batches from ``start``, or, when the log now starts past it (a fetch there
+    answers OFFSET_OUT_OF_RANGE), from the log start, which ``audit`` records."""
+    batches = reader.batches(topic, partition, start, with_keys=with_keys)
+    try:
+        first = next(batches, None)
+    except ProtocolError as exc:
+        if exc.error_name != "OFFSET_OUT_OF_RANGE":
+            raise
+        log_start = reader.log_start(topic, partition)
+        if log_start <= start:
+            raise
+        audit.log_start = audit.end_offset = log_start
+        yield from reader.batches(topic, partition, log_start, with_keys=with_keys)
+        return
+    if first is not None:
+        yield first
+        yield from batches
 
 
 def _committable_view(
     c: Committable, partitions: Mapping[int, PartitionAudit], topic: str
 ) -> dict[str, Any]:
     counts = Counter({COMMITTED: 0, ABORTED: 0, OPEN: 0})
+    removed: list[str] = []
     for part in c.partitions:
         audit = partitions.get(part.partition) if part.topic == topic else None
         for span in audit.spans if audit else ():
@@ -200,9 +244,22 @@ def _committable_view(
                 and span.last_offset >= part.first_offset
             ):
                 counts[span.state] += span.count
+        if (
+            audit is not None
+            and audit.log_start is not None
+            and part.first_offset < (audit.log_start)
+        ):
+            whole = "" if part.last_offset < audit.log_start else "partly "
+            removed.append(
+                f"{whole}removed by retention: log start {audit.log_start} of "
+                f"{part.topic}-{part.partition} past committed range "
+                f"{part.first_offset}..{part.last_offset}"
+            )
     seen = sum(counts.values())
     if c.is_empty:
         state = "EMPTY"
+    elif seen == 0 and removed:
+        state = REMOVED
     elif seen == 0:
         state = "MISSING"
     elif counts[COMMITTED] == seen:
@@ -222,6 +279,7 @@ def _committable_view(
         "open": counts[OPEN],
         "state": state,
         "complete": seen == c.record_count,
+        **({"removed": removed} if removed else {}),
     }
 
 

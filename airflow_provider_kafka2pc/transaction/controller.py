@@ -182,6 +182,11 @@ class TransactionController:
         self._reader = LogReader(protocol, self._failover)
         self._coordinators: dict[str, int] = {}
 
+    @property
+    def protocol(self) -> TransactionProtocol:
+        """The broker connection it acts through, for checks made beside it."""
+        return self._protocol
+
     def commit(self, committable: Committable) -> Resolution:
         return self.finish_all([committable], ControlType.COMMIT)[0]
 

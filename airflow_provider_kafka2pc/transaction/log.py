@@ -41,6 +41,7 @@ class LogReader:
         self._protocol = protocol
         self._failover = failover or Failover()
         self._leaders: dict[str, dict[int, int]] = {}
+        self._log_starts: dict[tuple[str, int], int] = {}
 
     def partitions(self, topic: str, *, deadline: float | None = None) -> list[int]:
         return sorted(self._leaders_of(topic, deadline))
@@ -59,6 +60,19 @@ class LogReader:
             )
         return self._leaders[topic]
 
+    def _leader(self, topic: str, partition: int, until: float) -> int:
+        leader = self._leaders_of(topic, until, partition).get(partition)
+        if leader is None:
+            raise ProtocolError(
+                f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
+            )
+        if leader < 0:
+            raise BrokerMovedError(
+                f"{topic}-{partition} has no leader (an election is under way)",
+                "LEADER_NOT_AVAILABLE",
+            )
+        return leader
+
     def _fetch(
         self, topic: str, partition: int, offset: int, deadline: float | None, **options: Any
     ) -> FetchAnswer:
@@ -66,24 +80,46 @@ class LogReader:
         until = self._failover.deadline() if deadline is None else deadline
 
         def attempt() -> FetchAnswer:
-            leader = self._leaders_of(topic, until, partition).get(partition)
-            if leader is None:
-                raise ProtocolError(
-                    f"topic {topic!r} has no partition {partition}", "UNKNOWN_TOPIC_OR_PARTITION"
-                )
-            if leader < 0:
-                raise BrokerMovedError(
-                    f"{topic}-{partition} has no leader (an election is under way)",
-                    "LEADER_NOT_AVAILABLE",
-                )
+            leader = self._leader(topic, partition, until)
             answer = self._protocol.fetch(leader, topic, partition, offset, **options)
             if answer.error in LEADER_MOVED:
                 name = error_name(answer.error)
                 raise BrokerMovedError(f"fetch from node {leader}: {name}", name)
+            if answer.log_start_offset >= 0:
+                self._log_starts[(topic, partition)] = answer.log_start_offset
             return answer
 
         return self._failover.run(
             f"fetch {topic}-{partition}@{offset}",
+            attempt,
+            deadline=until,
+            on_retry=lambda _: self._leaders.pop(topic, None),
+        )
+
+    def known_log_start(self, topic: str, partition: int) -> int | None:
+        """Where the partition's log started at the latest fetch answer that said (Fetch
+        v5+), else None."""
+        return self._log_starts.get((topic, partition))
+
+    def log_start(self, topic: str, partition: int, *, deadline: float | None = None) -> int:
+        """Where the partition's log starts now (ListOffsets of its leader): past the
+        records retention, DeleteRecords or a truncation removed."""
+        until = self._failover.deadline() if deadline is None else deadline
+
+        def attempt() -> int:
+            leader = self._leader(topic, partition, until)
+            code, offset = self._protocol.log_start_offset(leader, topic, partition)
+            if code in LEADER_MOVED:
+                name = error_name(code)
+                raise BrokerMovedError(f"log start from node {leader}: {name}", name)
+            if code != ErrorCode.NONE:
+                name = error_name(code)
+                raise ProtocolError(f"log start of {topic}-{partition}: {name}", name)
+            self._log_starts[(topic, partition)] = offset
+            return offset
+
+        return self._failover.run(
+            f"log start of {topic}-{partition}",
             attempt,
             deadline=until,
             on_retry=lambda _: self._leaders.pop(topic, None),
