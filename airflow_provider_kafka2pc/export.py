@@ -118,6 +118,7 @@ def kafka_exactly_once_export(
     operator_classes: Mapping[str, type[BaseOperator]] | None = None,
     topic_column: str | None = None,
     topics: Sequence[str] | None = None,
+    allow_expiring_timestamps: bool = False,
 ) -> TaskGroup:
     """A TaskGroup that exports ``source`` to ``topic`` exactly once per run key.
 
@@ -149,6 +150,8 @@ def kafka_exactly_once_export(
     :param registry_conn_id, value_format, key_format, tombstone_when, timestamp_column:
         what goes on the wire beyond bytes: registry Avro, tombstones, record timestamps
         (:class:`~.operators.prepare.SparkKafkaPrepareOperator`, docs/wire-formats.md).
+    :param allow_expiring_timestamps: export record timestamps older than the topic's time
+        retention anyway (docs/record-timestamps.md); refused by default.
     :param spark_conf: Spark settings for the prepare job.
     :param spark_binary: the spark-submit to run; default the connection's, else
         ``spark-submit`` on PATH, else pyspark's own.
@@ -228,6 +231,7 @@ def kafka_exactly_once_export(
             key_format=key_format,
             tombstone_when=tombstone_when,
             timestamp_column=timestamp_column,
+            allow_expiring_timestamps=allow_expiring_timestamps,
             id_prefix=id_prefix,
             spark_conn_id=spark_conn_id,
             transaction_timeout_ms=transaction_timeout_ms,

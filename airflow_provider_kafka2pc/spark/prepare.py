@@ -48,7 +48,13 @@ from pyspark.sql import functions as F
 from .. import defaults
 from ..connection.acls import authorization_error
 from ..connection.tls import check_tls
-from ..errors import ConfigurationError, PrepareError, ProtocolError, SourceChangedError
+from ..errors import (
+    ConfigurationError,
+    Kafka2pcError,
+    PrepareError,
+    ProtocolError,
+    SourceChangedError,
+)
 from ..naming import validate_transactional_id
 from ..protocol.client import KafkaProtocol
 from ..transaction.committable import Committable
@@ -86,6 +92,7 @@ from .source_splits import (
 )
 from .source_splits import check_unchanged as check_splits_unchanged
 from .source_splits import describe as describe_splits
+from .timestamps import check_timestamps
 from .wire import (
     WireOptions,
 )
@@ -314,6 +321,8 @@ def prepare_export(
     )
     # columns, before the registry
     encode_columns(df, key_column, value_column, header_columns, wire=wire, route=route)
+    if repair is None:  # a repair rewrites what a COMMIT verdict needs, whatever its age
+        _check_timestamps(df, spec, producer_config, job_label, key_column)
     schemas = resolved_schemas(df, route, wire, key_column, value_column)
     prepared = partitioned_input(
         df,
@@ -453,6 +462,26 @@ def prepare_export(
         f" (partitions {list(selected)} of {len(ids)})" if partial else "",
     )
     return batch
+
+
+def _check_timestamps(
+    df: DataFrame,
+    spec: ExportSpec,
+    producer_config: Mapping[str, Any],
+    job_label: str,
+    key_column: str | None,
+) -> None:
+    """The record timestamps against the topics' retention and limits (:mod:`.timestamps`);
+    a bad value met by its aggregation is refused as the write would refuse it."""
+    try:
+        check_timestamps(df, spec, producer_config, job_label)
+    except Kafka2pcError:
+        raise
+    except Exception as exc:  # Py4JJavaError / SparkRuntimeException: the aggregation failed
+        refused = job_refusal(exc, key_column, spec.route)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 def _write(

@@ -60,7 +60,7 @@ UNLIMITED = -1
 #: How long records must outlive the check to count as kept; see the module's docstring.
 DEFAULT_MARGIN_MS = 3_600_000
 #: The option that lets expiring timestamps through, as error texts name it.
-ALLOW_EXPIRING = "allow_expiring=True"
+ALLOW_EXPIRING = "allow_expiring_timestamps=True"
 
 CLEANUP_POLICY = "cleanup.policy"
 RETENTION_MS = "retention.ms"

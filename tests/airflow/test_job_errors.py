@@ -42,7 +42,8 @@ def _rows(expression: str) -> dict[str, str]:
     }
 
 
-#: case -> (the export's options, given the topic; the words the job refuses with)
+#: case -> (the export's options, given the topic; the words the job refuses with[; the
+#: error's class, a ConfigurationError])
 CASES = {
     # Met by the job's shuffle, before any transaction opens: a row names another topic.
     "undeclared topic in a row": (
@@ -70,6 +71,17 @@ CASES = {
         },
         "timestamp column 'ts' holds -5000 (epoch ms); record timestamps must be after 1970",
     ),
+    # Met on the driver before anything opens: the topic's retention (7 days) would delete
+    # records stamped in March at its next check, minutes after the commit.
+    "timestamps the topic would delete": (
+        lambda topic: {
+            "topic": topic,
+            "timestamp_column": "ts",
+            "source": _rows("CAST(1772323200000 + id AS BIGINT) AS ts"),  # 2026-03-01
+        },
+        "retention.ms",
+        "TimestampRefusedError",
+    ),
 }
 
 
@@ -77,7 +89,7 @@ CASES = {
 def test_a_refusal_in_the_job_fails_the_task_once_with_its_own_error(
     case, export_dag, run_export, make_topic, protocol, bootstrap
 ):
-    options, words = CASES[case]
+    options, words, *kind = CASES[case]
     topic = make_topic(2)
     RaisingPrepare.raised.clear()
     dag = export_dag(
@@ -93,7 +105,7 @@ def test_a_refusal_in_the_job_fails_the_task_once_with_its_own_error(
     # code; and as Airflow's no-retry failure.
     [raised] = RaisingPrepare.raised
     assert isinstance(raised, ConfigurationError) and isinstance(raised, AirflowFailException)
-    assert type(raised).__name__ == "ConfigurationError"
+    assert type(raised).__name__ == (kind[0] if kind else "ConfigurationError")
     assert words in str(raised) and not str(raised).startswith("Cannot execute"), raised
     # Nothing open, nothing visible, by both witnesses.
     prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")

@@ -153,7 +153,7 @@ def test_the_refusal_names_column_value_topic_setting_and_fix():
     assert "2026-03-01T00:00:00.000Z (1772323200000 ms)" in text
     assert "topic 'orders'" in text
     assert "retention.ms=604800000 (7 days, the broker's server.properties)" in text
-    assert "cleanup.policy=compact" in text and "allow_expiring=True" in text
+    assert "cleanup.policy=compact" in text and "allow_expiring_timestamps=True" in text
     assert "before any transaction opened" in text
     [refusal] = refused.value.refusals
     assert (refusal.topic, refusal.kind, refusal.timestamp_ms) == ("orders", EXPIRING, MARCH)
