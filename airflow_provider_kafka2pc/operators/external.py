@@ -25,27 +25,13 @@ from ..errors import CommittableError, ConfigurationError, Kafka2pcError, Ledger
 from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
 from ..ledger import BatchState
-from ..spark.export_spec import ExportSpec
+from ..spark.export_spec import OPTIONS, ExportSpec
 from ..spark.external import JobParameters
 from ..spark.job import check_num_partitions, committables_for, local_path, summary
 from ..transaction.manifest import Manifest
 from ..utils import config
 from ..utils.task_errors import failing_permanent_errors
 from ..version_compat import AirflowSkipException
-
-#: The export's options the lease task passes through to the job's spec as given.
-EXPORT_OPTIONS = (
-    "topic_column",
-    "topics",
-    "value_format",
-    "key_format",
-    "tombstone_when",
-    "timestamp_column",
-    "allow_expiring_timestamps",
-    "progress_interval_s",
-    "partitioning",
-    "writer",
-)
 
 
 def _safe(text: str) -> str:
@@ -108,7 +94,8 @@ class KafkaPrepareLeaseOperator(BaseOperator):
         check_num_partitions(num_partitions)
         if "{{" not in id_prefix:
             naming.check_slots(id_prefix, num_partitions)
-        export_options = {k: kwargs.pop(k) for k in EXPORT_OPTIONS if k in kwargs}
+        # The job brings its DataFrame: no source; the other options by name (ExportSpec's).
+        export_options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs and k != "source"}
         super().__init__(**kwargs)
         self.export_options = export_options
         self.export_id = export_id

@@ -40,7 +40,7 @@ from ..hooks.spark_connect import CONNECT, spark_mode
 from ..hooks.spark_job import SparkJobHook
 from ..ledger import Batch, BatchState, Ledger, Participant
 from ..spark import APPLICATION, AVRO_PACKAGE
-from ..spark.export_spec import ExportSpec
+from ..spark.export_spec import OPTIONS, ExportSpec
 from ..spark.job import (
     check_num_partitions,
     committables_for,
@@ -147,7 +147,8 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         Connect server: :mod:`.spark_connect`); None: ``"connect"`` when ``spark_conn_id``
         is a ``spark_connect`` connection, else ``"submit"``. On Connect, ``conf`` holds
         the session's runtime settings and the source's paths are the server's.
-    :param kwargs: passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
+    :param kwargs: any other option of :class:`~..spark.export_spec.ExportSpec`, by its name;
+        the rest is passed to :class:`SparkSubmitOperator` (``conf``, ``spark_binary``, ...).
         With a registry format, Spark's Avro package is added to ``packages``.
     """
 
@@ -164,6 +165,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         "tombstone_when",
         "timestamp_column",
         "writer",
+        "more_options",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {
         "source": "json",
@@ -206,6 +208,9 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         check_num_partitions(num_partitions)
+        # An export option without an argument of its own here (one added to ExportSpec
+        # later) is taken by name from kwargs: the spec is where an option is defined.
+        self.more_options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
         if topic is None or "{{" not in topic:
             routing(topic, topic_column, topics)
         if "{{" not in writer:
@@ -519,6 +524,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             align_with_kafka=self.align_with_kafka,
             partitioning=self.partitioning,
             writer=self.writer,
+            **self.more_options,
         )
 
     def _registry_formats(self) -> tuple[RegistryFormat | None, RegistryFormat | None]:

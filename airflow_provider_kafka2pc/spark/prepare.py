@@ -3,8 +3,9 @@
 Order of work, chosen so that a transaction is open only while its records are written
 (Kafka aborts it when it outlives ``transaction.timeout.ms``) and the input is read once:
 
-1. validate everything that can be validated without Kafka transactions (columns,
-   types, ids, topic, speculation);
+1. plan (:mod:`.plan`, no Spark job, no transaction): the ids, the writer and why, the
+   partitioning and why, the topics checked, the refusals; then the columns and types, the
+   record timestamps against the topics (:mod:`.timestamps`) and the registry's schemas;
 2. partition deterministically (a stable hash of the key, or of the whole row; or, with
    ``align_with_kafka``, the owner of the key's Kafka partition: :mod:`.alignment`) so a
    recomputed partition holds the same records, and encode key/value/headers in the JVM.
@@ -13,7 +14,8 @@ Order of work, chosen so that a transaction is open only while its records are w
    With ``partitioning=SOURCE`` there is no shuffle: the source's own file splits are
    the partitions (:mod:`.source_splits`), and a bad row found while writing aborts
    every id of the run before the refusal;
-3. run ``mapInArrow`` over the shuffled rows: each partition writes its transaction and
+3. write with the writer the plan chose (:mod:`.transaction_writers`: Python, JVM by
+   py4j, JVM by the ``kafka2pc`` DataSource): each partition writes its transaction and
    reports its committable and the rows it read;
 4. check that every partition reported exactly one committable whose count equals the rows
    it read, else fail naming the partitions (the orchestrator aborts the leased ids).
@@ -27,8 +29,9 @@ as before (same ids, same number of partitions), cached, and its per-partition c
 compared with the recorded ones BEFORE any transaction opens; only the selected partitions
 write, from the cache.
 
-Over 500 lines on purpose: the steps above are one function's order of work, and its checks
-sit beside the step they guard; the encoding is :mod:`.encoding`, the writers their modules.
+Over 500 lines: :func:`prepare_dataframe`'s documentation of every option is a third of it;
+the plan is :mod:`.plan`, the encoding :mod:`.encoding`, the writers
+:mod:`.transaction_writers`.
 """
 
 from __future__ import annotations
@@ -36,8 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from typing import Any
 
@@ -46,53 +48,41 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .. import defaults
-from ..connection.acls import authorization_error
-from ..connection.tls import check_tls
 from ..errors import (
     ConfigurationError,
     Kafka2pcError,
     PrepareError,
-    ProtocolError,
     SourceChangedError,
 )
-from ..naming import validate_transactional_id
 from ..protocol.client import KafkaProtocol
 from ..transaction.committable import Committable
-from ..transaction.manifest import ALIGNED, HASH, PARTITIONINGS, SOURCE, Manifest
+from ..transaction.manifest import ALIGNED, HASH, SOURCE, Manifest
 from ..transaction.routing import Routing
-from .alignment import Alignment, register_key_hash, why_not_aligned
-from .connect import is_connect, ship_settings
 from .encoding import encode_columns, job_refusal, partitioned_input, resolved_schemas
 from .export_spec import ExportSpec
 from .job import Repair
-from .jvm_writer import (
-    AUTO,
-    JVM,
-    PYTHON,
-    check_writer,
-    choose_writer,
-    connect_files,
-    jvm_write,
-    producer_settings,
-)
+from .jvm_writer import AUTO
 from .partition_writer import (
-    RESULT_SCHEMA,
     ArrowBatchCallback,
-    partition_writer,
 )
-from .partitionings import AUTO_PARTITIONING, check_partitioning
-from .progress import PartitionProgress
+from .partitionings import AUTO_PARTITIONING
+from .plan import (  # noqa: F401 -- _check_topic(s), kafka_alignment: importable here too
+    PreparePlan,
+    _check_topic,
+    _check_topics,
+    _recorded_splits,
+    kafka_alignment,
+    plan_prepare,
+)
 from .source_splits import (
-    SPLIT_SETTINGS,
     SourceSplits,
     describe_meanwhile,
-    pin_settings,
     restoring_settings,
-    why_not_splittable,
 )
 from .source_splits import check_unchanged as check_splits_unchanged
 from .source_splits import describe as describe_splits
 from .timestamps import check_timestamps
+from .transaction_writers import TransactionWriter, writer_for
 from .wire import (
     WireOptions,
 )
@@ -238,13 +228,21 @@ def prepare_export(
     option). The run's own inputs are apart from the spec: the leased ids, the Kafka and
     schema registry settings (``registry``: ``SchemaRegistryClient`` settings, needed with a
     registry format), the job's label, a loss repair, the topic check under way.
+
+    The plan first (:func:`~.plan.plan_prepare`: no Spark job, no transaction), then the
+    record timestamps against the topics, the encoded input, and the chosen writer.
     """
-    route = spec.route
-    key_column, value_column = spec.key_column, spec.value_column
-    header_columns = list(spec.header_columns)
-    transaction_timeout_ms = spec.transaction_timeout_ms
-    progress_interval_s = spec.progress_interval_s
-    align_with_kafka, partitioning, writer = spec.align_with_kafka, spec.partitioning, spec.writer
+    plan = plan_prepare(
+        df,
+        spec,
+        transactional_ids=transactional_ids,
+        producer_config=producer_config,
+        job_label=job_label,
+        require_keys=require_keys,
+        on_batch=on_batch is not None,
+        repair=repair,
+        topic_partitions=topic_partitions,
+    )
     wire = WireOptions(
         registry=registry,
         value_format=spec.value_format,
@@ -252,169 +250,111 @@ def prepare_export(
         tombstone_when=spec.tombstone_when,
         timestamp_column=spec.timestamp_column,
     )
-    ids = [validate_transactional_id(t, "transactional_ids[]") for t in transactional_ids]
-    if not ids:
-        raise ConfigurationError("transactional_ids must name at least one id")
-    if len(set(ids)) != len(ids):
-        raise ConfigurationError("transactional_ids must be distinct")
-    writer = check_writer(writer)
-    check_partitioning(partitioning, align_with_kafka)
-    connect = is_connect(df.sparkSession)
-    if connect and partitioning == SOURCE:
-        # It reads the plan through py4j, which a Connect client has not.
-        raise ConfigurationError(
-            "on Spark Connect the prepare runs with a shuffle; "
-            f"partitioning={partitioning!r} needs a classic session (spark-submit)"
-        )
-    # Checked and translated before anything opens: an unmappable setting is named now
-    # (under auto, it leaves the prepare to the Python writer).
-    java_settings, why_not_jvm = None, None
-    if writer == JVM or (writer == AUTO and on_batch is None):
-        try:
-            java_settings = producer_settings(producer_config, transaction_timeout_ms)
-            files = connect_files(producer_config) if connect else []
-            if files:
-                raise ConfigurationError(
-                    f"on Spark Connect the JVM writer cannot ship local files ({files}); "
-                    "the Python writer ships them as session artifacts"
-                )
-        except ConfigurationError as exc:
-            if writer == JVM:
-                raise
-            writer, why_not_jvm = PYTHON, f"the Java producer cannot take these settings: {exc}"
-    writer, why_not, version = choose_writer(
-        df.sparkSession, writer, connect=connect, on_batch=on_batch is not None
-    )
-    why_not_jvm = why_not_jvm or why_not
-    if writer == JVM:
-        log.info("writer jvm: Kafka's Java producer, kafka-clients %s", version)
-        if progress_interval_s:
-            log.info("writer jvm: no progress lines yet (docs/jvm-writer.md)")
-    else:
-        java_settings = None
-        log.info(
-            "writer python: confluent-kafka in Spark's Python workers%s",
-            f" (not the JVM writer: {why_not_jvm})" if why_not_jvm else "",
-        )
-    selected = _selected(repair.partitions if repair else None, len(ids))
-    expected = _expected(repair.expected_rows, len(ids)) if repair else None
-    spark = df.sparkSession
-    if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
-        raise ConfigurationError(
-            "spark.speculation is on: two attempts of one partition would fence each "
-            "other's transaction; set spark.speculation=false for the prepare job"
-        )
-    job_label = job_label or uuid.uuid4().hex
-    started = time.time()
-    keys_required = require_keys if require_keys is not None else key_column is not None
-    alignment, why_hash, pinned = _partitioning(
-        df,
-        repair,
-        partitioning,
-        align_with_kafka,
-        producer_config,
-        route.topics,
-        len(ids),
-        key_column,
-        job_label,
-        topic_partitions,
-    )
-    # columns, before the registry
-    encode_columns(df, key_column, value_column, header_columns, wire=wire, route=route)
+    route, key_column = spec.route, spec.key_column
+    header_columns = list(spec.header_columns)
+    # columns, before the registry and before any Spark job
+    encode_columns(df, key_column, spec.value_column, header_columns, wire=wire, route=route)
     if repair is None:  # a repair rewrites what a COMMIT verdict needs, whatever its age
-        _check_timestamps(df, spec, producer_config, job_label, key_column)
-    schemas = resolved_schemas(df, route, wire, key_column, value_column)
+        _check_timestamps(df, spec, producer_config, plan.job_label, key_column)
     prepared = partitioned_input(
         df,
-        len(ids),
+        len(plan.ids),
         key_column,
-        value_column,
+        spec.value_column,
         header_columns,
-        require_keys=keys_required,
-        alignment=alignment,
+        require_keys=plan.keys_required,
+        alignment=plan.alignment,
         wire=wire,
-        schemas=schemas,
-        source_splits=pinned is not None,
+        schemas=resolved_schemas(df, route, wire, key_column, spec.value_column),
+        source_splits=plan.pinned is not None,
         route=route,
-        text_values=java_settings is not None,
+        text_values=plan.java_settings is not None,
     )
-    splits = None
-    describing = None
-    if pinned is not None and repair is not None:  # before any count, cache or transaction
-        splits = describe_splits(df, prepared, pinned)
-        check_splits_unchanged(splits, _recorded_splits(repair))
-        log.info("run %s: %d source splits unchanged, no shuffle", job_label, splits.splits)
-    elif pinned is not None:  # only the manifest needs it: planned while the job writes
-        describing = describe_meanwhile(df, prepared, pinned)
-    if java_settings is None:
-        python_writer = partition_writer(
-            ids,
-            # On Connect the function is pickled into the plan: secrets and files go apart.
-            ship_settings(spark, producer_config) if is_connect(spark) else producer_config,
-            list(route.topics) if route.several else route.topic,
-            transaction_timeout_ms,
-            list(header_columns),
-            on_batch,
-            progress=PartitionProgress(job_label, progress_interval_s)
-            if progress_interval_s
-            else None,
-        )
-
-        def run(data: DataFrame, only: Sequence[int] | None) -> list[Any]:
-            chosen = python_writer if only is None else _only(python_writer, only)
-            return data.mapInArrow(chosen, RESULT_SCHEMA).collect()
-
-    else:
-        settings = java_settings
-
-        def run(data: DataFrame, only: Sequence[int] | None) -> list[Any]:
-            return jvm_write(
-                data,
-                topics=list(route.topics),
-                transactional_ids=ids,
-                settings=settings,
-                transaction_timeout_ms=transaction_timeout_ms,
-                header_names=list(header_columns),
-                selected=only,
-            )
-
+    writer = writer_for(plan, df, producer_config, on_batch)
     if repair is None:
-        try:
-            reports = _write(prepared, run, None, ids, selected, key_column, route)
-        except ConfigurationError:
-            if pinned is not None:  # no shuffle: bad rows are found while writing
-                _fence(producer_config, ids, job_label)
-            raise
-        finally:
-            if describing is not None:  # it plans under the pinned settings: not past them
-                wait([describing])
-        if describing is not None:
-            splits = _described(describing, producer_config, ids, job_label)
-        partition_rows = _reported_rows(reports, len(ids))
+        written = _write_prepare(plan, df, prepared, writer, producer_config)
     else:
-        # The recorded counts are checked before any transaction opens, so the recomputed
-        # input is cached and counted first; the writers then read the cache.
-        prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
+        written = _write_repair(plan, df, prepared, writer, repair)
+    return _manifest(plan, df.sparkSession, *written)
+
+
+def _write_prepare(
+    plan: PreparePlan,
+    df: DataFrame,
+    prepared: DataFrame,
+    writer: TransactionWriter,
+    producer_config: Mapping[str, Any],
+) -> tuple[list[Any], tuple[int, ...], SourceSplits | None]:
+    """Every partition written: (reports, rows per partition, the source splits used)."""
+    ids, key_column, route = plan.ids, plan.spec.key_column, plan.spec.route
+    describing = None
+    if plan.pinned is not None:  # only the manifest needs it: planned while the job writes
+        describing = describe_meanwhile(df, prepared, plan.pinned)
+    try:
+        reports = _write(prepared, writer.write, None, ids, plan.selected, key_column, route)
+    except ConfigurationError:
+        if plan.pinned is not None:  # no shuffle: bad rows are found while writing
+            _fence(producer_config, ids, plan.job_label)
+        raise
+    finally:
+        if describing is not None:  # it plans under the pinned settings: not past them
+            wait([describing])
+    splits = None
+    if describing is not None:
+        splits = _described(describing, producer_config, ids, plan.job_label)
+    return reports, _reported_rows(reports, len(ids)), splits
+
+
+def _write_repair(
+    plan: PreparePlan,
+    df: DataFrame,
+    prepared: DataFrame,
+    writer: TransactionWriter,
+    repair: Repair,
+) -> tuple[list[Any], tuple[int, ...], SourceSplits | None]:
+    """The lost partitions written, only if the recomputed input still holds the recorded
+    rows: the counts are checked before any transaction opens, so the input is cached and
+    counted first, and the writer reads the cache."""
+    ids, key_column, route = plan.ids, plan.spec.key_column, plan.spec.route
+    splits = None
+    if plan.pinned is not None:  # before any count, cache or transaction
+        splits = describe_splits(df, prepared, plan.pinned)
+        check_splits_unchanged(splits, _recorded_splits(repair))
+        log.info("run %s: %d source splits unchanged, no shuffle", plan.job_label, splits.splits)
+    prepared = prepared.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
         try:
-            try:
-                partition_rows = _materialise(prepared, len(ids))
-            except Exception as exc:  # the source cannot be read, or a required key is null
-                refused = job_refusal(exc, key_column, route)
-                if refused is None:
-                    raise
-                raise refused from None
-            _check_unchanged(partition_rows, expected or ())
-            if sum(partition_rows[i] for i in selected):
-                reports = _write(prepared, run, selected, ids, selected, key_column, route)
-            else:
-                reports = []
-        finally:
-            prepared.unpersist()
+            partition_rows = _materialise(prepared, len(ids))
+        except Exception as exc:  # the source cannot be read, or a required key is null
+            refused = job_refusal(exc, key_column, route)
+            if refused is None:
+                raise
+            raise refused from None
+        _check_unchanged(partition_rows, plan.expected or ())
+        reports = []
+        if sum(partition_rows[i] for i in plan.selected):
+            only = plan.selected
+            reports = _write(prepared, writer.write, only, ids, only, key_column, route)
+    finally:
+        prepared.unpersist()
+    return reports, partition_rows, splits
+
+
+def _manifest(
+    plan: PreparePlan,
+    spark: SparkSession,
+    reports: list[Any],
+    partition_rows: tuple[int, ...],
+    splits: SourceSplits | None,
+) -> Manifest:
+    """The prepare's manifest: one committable per selected partition, checked against the
+    rows each read, and what was used and why."""
+    ids, selected, route = plan.ids, plan.selected, plan.spec.route
     source_rows = sum(partition_rows[i] for i in selected)
     if source_rows == 0:
-        log.warning("run %s: the source is empty; nothing prepared", job_label)
+        log.warning("run %s: the source is empty; nothing prepared", plan.job_label)
         return Manifest(
-            job_label,
+            plan.job_label,
             route.topic,
             (),
             0,
@@ -426,15 +366,19 @@ def prepare_export(
     committables = _check_reports(reports, ids, partition_rows, written)
     if splits is not None and len(written) < len(selected):  # fewer splits than ids
         now_ms = int(time.time() * 1000)
-        empty = [
-            Committable.empty(ids[i], now_ms, transaction_timeout_ms)
-            for i in selected
-            if i >= splits.partitions
-        ]
+        timeout_ms = plan.spec.transaction_timeout_ms
+        empty = [Committable.empty(ids[i], now_ms, timeout_ms) for i in selected[len(written) :]]
         committables = (*committables, *empty)
     partial = {"partitions": list(selected)} if len(selected) < len(ids) else {}
-    batch = Manifest(
-        job_label=job_label,
+    log.info(
+        "run %s: prepared %d rows in %d transactions%s",
+        plan.job_label,
+        source_rows,
+        len(selected),
+        f" (partitions {list(selected)} of {len(ids)})" if partial else "",
+    )
+    return Manifest(
+        job_label=plan.job_label,
         topic=route.topic,
         topics=route.topics,
         committables=committables,
@@ -442,26 +386,18 @@ def prepare_export(
         partition_rows=partition_rows,
         metadata={
             "application_id": spark.conf.get("spark.app.id", None),
-            "started_ms": int(started * 1000),
+            "started_ms": int(plan.started * 1000),
             "finished_ms": int(time.time() * 1000),
             "attempts": {str(r["partition"]): r["attempt"] for r in reports},
-            "partitioning": SOURCE if splits else HASH if alignment is None else ALIGNED,
+            "partitioning": SOURCE if splits else HASH if plan.alignment is None else ALIGNED,
             **({"source_splits": splits.to_dict()} if splits else {}),
-            "writer": writer,
-            **({"writer_reason": why_not_jvm} if why_not_jvm else {}),
-            **({"partitioning_reason": why_hash} if why_hash else {}),
+            "writer": plan.writer.writer,
+            **({"writer_reason": why} if (why := plan.writer.reason) else {}),
+            **({"partitioning_reason": why} if (why := plan.why_hash) else {}),
             **({"topic_column": route.column} if route.several else {}),
             **partial,
         },
     )
-    log.info(
-        "run %s: prepared %d rows in %d transactions%s",
-        job_label,
-        source_rows,
-        len(selected),
-        f" (partitions {list(selected)} of {len(ids)})" if partial else "",
-    )
-    return batch
 
 
 def _check_timestamps(
@@ -507,69 +443,6 @@ def _write(
         ) from exc
 
 
-def _partitioning(
-    df: DataFrame,
-    repair: Repair | None,
-    partitioning: str | None,
-    align_with_kafka: bool,
-    producer_config: Mapping[str, Any],
-    topic: str | Sequence[str],
-    partitions: int,
-    key_column: str | None,
-    job_label: str,
-    topic_partitions: Future[dict[str, int]] | None = None,
-) -> tuple[Alignment | None, str | None, dict[str, str | None] | None]:
-    """How this prepare partitions, the topic checked on the way: (alignment, why not the
-    partitioning asked, the pinned split settings when by source splits, else None).
-
-    A repair follows its prepare's record; source splits it cannot recompute are refused.
-    """
-    spark = df.sparkSession
-    recorded = repair.partitioning if repair else None
-    check_partitioning(partitioning, align_with_kafka)
-    why_not_source = None
-    if recorded is None and partitioning == AUTO_PARTITIONING and is_connect(spark):
-        why_not_source = "Spark Connect (no py4j to read the plan)"
-    elif recorded == SOURCE or (recorded is None and partitioning in (SOURCE, AUTO_PARTITIONING)):
-        recorded_splits = _recorded_splits(repair)  # pinned before the input is planned
-        before = (
-            None if recorded is not None else {k: spark.conf.get(k, None) for k in SPLIT_SETTINGS}
-        )
-        pinned = pin_settings(
-            spark, partitions, recorded_splits.settings if recorded_splits else None
-        )
-        why_not_source = why_not_splittable(df)
-        if why_not_source is None:
-            _checked_topics(producer_config, topic, topic_partitions)
-            return None, None, pinned
-        if recorded == SOURCE:
-            raise SourceChangedError(
-                f"the prepare read the source's own splits, but now {why_not_source}; "
-                "its partitions cannot be recomputed, nothing was written",
-                (),
-            )
-        if before is not None:  # the shuffle reads the input as the session would have
-            pin_settings(spark, partitions, before)
-        if partitioning == SOURCE:
-            log.warning("run %s: not by source splits: %s", job_label, why_not_source)
-        else:
-            log.info("run %s: not by source splits: %s", job_label, why_not_source)
-    if recorded is None and partitioning == HASH:
-        _checked_topics(producer_config, topic, topic_partitions)
-        return None, why_not_source, None
-    if recorded is None and align_with_kafka:  # needs the topic's partitions before the plan
-        alignment, why_hash = kafka_alignment(
-            spark, producer_config, topic, partitions, key_column, topic_partitions
-        )
-        if why_hash is not None:
-            log.info("run %s: partitioned by hash, not aligned with Kafka: %s", job_label, why_hash)
-        return alignment, "; ".join(r for r in (why_not_source, why_hash) if r) or None, None
-    # by hash as asked, or a repair as its prepare did, whatever the topic is now
-    _checked_topics(producer_config, topic, topic_partitions)
-    alignment = None if recorded is None else recorded_alignment(spark, recorded, partitions)
-    return alignment, why_not_source, None
-
-
 def _described(
     describing: Future[SourceSplits],
     producer_config: Mapping[str, Any],
@@ -595,18 +468,6 @@ def _described(
     return splits
 
 
-def _recorded_splits(repair: Repair | None) -> SourceSplits | None:
-    """The repaired prepare's recorded source splits (None outside a repair)."""
-    if repair is None:
-        return None
-    if repair.source_splits is None:
-        raise ConfigurationError(
-            "the prepare being repaired read the source's own splits, but no record of them "
-            "was given (source_splits): its partitions cannot be recomputed; nothing was written"
-        )
-    return SourceSplits.from_dict(repair.source_splits)
-
-
 def _fence(producer_config: Mapping[str, Any], ids: Sequence[str], job_label: str) -> None:
     """Abort what a refused source-split prepare opened: without a shuffle, a bad row is
     found by the writing task, after other partitions opened their transactions."""
@@ -619,56 +480,6 @@ def _fence(producer_config: Mapping[str, Any], ids: Sequence[str], job_label: st
     log.info("run %s: refused; aborted what its ids held open", job_label)
 
 
-def kafka_alignment(
-    spark: SparkSession,
-    producer_config: Mapping[str, Any],
-    topic: str | Sequence[str],
-    partitions: int,
-    key_column: str | None,
-    checking: Future[dict[str, int]] | None = None,
-) -> tuple[Alignment | None, str | None]:
-    """The topics checked (or the answer of ``checking``, their check under way), then
-    ``partitions`` Spark partitions aligned with their Kafka partitions where that applies
-    (:mod:`.alignment`: every topic's partition count a multiple of ``partitions``; a
-    participant then owns the partitions ``p mod N`` = its index of every topic); else no
-    alignment and why not, naming the topic when there are several."""
-    counts = _checked_topics(producer_config, topic, checking)
-    why = None
-    for name, kafka_partitions in counts.items():
-        why = why_not_aligned(kafka_partitions, partitions, key_column, producer_config)
-        if why is not None:
-            why = why.replace("the topic's", f"topic {name!r}'s") if len(counts) > 1 else why
-            break
-    why = why or register_key_hash(spark)
-    if why is not None:
-        return None, why
-    return Alignment(partitions), None
-
-
-def recorded_alignment(spark: SparkSession, partitioning: str, partitions: int) -> Alignment | None:
-    """A repair's partitioning: its prepare's, as recorded, whatever the topic is now.
-
-    Had it decided afresh, partitions added to the topic since (or a session that cannot
-    load the key hash) would move rows between transactions; the per-partition counts would
-    then refuse the repair, or, were they equal by chance, let it write other rows than
-    those lost. Aligned membership needs only N (:mod:`.alignment`), so it is recomputed
-    exactly; a session that cannot compute it is refused.
-    """
-    if partitioning not in PARTITIONINGS:
-        raise ConfigurationError(
-            f"unknown partitioning {partitioning!r} for the repair; one of {PARTITIONINGS}"
-        )
-    if partitioning in (HASH, SOURCE):  # SOURCE: recomputed from the recorded splits
-        return None
-    why = register_key_hash(spark)
-    if why is not None:
-        raise ConfigurationError(
-            f"the prepare being repaired partitioned its rows aligned with Kafka, which this "
-            f"session cannot recompute: {why}; nothing was written"
-        )
-    return Alignment(partitions)
-
-
 def _reported_rows(reports: Sequence[Any], partitions: int) -> tuple[int, ...]:
     """Rows per partition as the writers read them (a partition that did not report: 0,
     and :func:`_check_reports` names it)."""
@@ -676,35 +487,6 @@ def _reported_rows(reports: Sequence[Any], partitions: int) -> tuple[int, ...]:
     for report in reports:
         rows[report["partition"]] = report["input_rows"]
     return tuple(rows[p] for p in range(partitions))
-
-
-def _selected(only_partitions: Sequence[int] | None, partitions: int) -> tuple[int, ...]:
-    """The partition indexes to write, ascending; all of them by default."""
-    if only_partitions is None:
-        return tuple(range(partitions))
-    chosen = list(only_partitions)
-    bad = [i for i in chosen if isinstance(i, bool) or not isinstance(i, int)]
-    bad += [i for i in chosen if isinstance(i, int) and not 0 <= i < partitions]
-    if not chosen or bad:
-        raise ConfigurationError(
-            f"the repair's partitions must be indexes in 0..{partitions - 1} "
-            f"(one per transactional id), got {chosen}"
-        )
-    if len(set(chosen)) != len(chosen):
-        raise ConfigurationError(f"the repair names a partition twice: {chosen}")
-    return tuple(sorted(chosen))
-
-
-def _expected(rows: Sequence[int], partitions: int) -> tuple[int, ...]:
-    counts = tuple(rows)
-    if len(counts) != partitions or any(
-        isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts
-    ):
-        raise ConfigurationError(
-            f"the repair's expected_rows must hold {partitions} counts >= 0 (one per "
-            f"transactional id), got {list(counts)}"
-        )
-    return counts
 
 
 def _check_unchanged(partition_rows: Sequence[int], expected: Sequence[int]) -> None:
@@ -720,55 +502,6 @@ def _check_unchanged(partition_rows: Sequence[int], expected: Sequence[int]) -> 
             "recomputed, nothing was written",
             partition_rows,
         )
-
-
-def _only(writer: Any, selected: Sequence[int]) -> Any:
-    """The ``mapInArrow`` function restricted to ``selected`` partitions: the others read
-    their (cached) input and write nothing, not even an InitProducerId for their id."""
-    chosen = frozenset(selected)
-
-    def write_selected(batches: Iterator[Any]) -> Iterator[Any]:
-        from pyspark import TaskContext
-
-        if TaskContext.get().partitionId() in chosen:
-            yield from writer(batches)
-
-    return write_selected
-
-
-def _checked_topics(
-    producer_config: Mapping[str, Any],
-    topic: str | Sequence[str],
-    checking: Future[dict[str, int]] | None,
-) -> dict[str, int]:
-    """The answer of ``checking`` (:func:`_check_topics` started ahead), else the check now."""
-    if checking is not None:
-        return checking.result()
-    return _check_topics(producer_config, topic)
-
-
-def _check_topics(producer_config: Mapping[str, Any], topic: str | Sequence[str]) -> dict[str, int]:
-    """Each topic's number of partitions, every one checked; the first unusable named."""
-    topics = [topic] if isinstance(topic, str) else list(topic)
-    return {t: _check_topic(producer_config, t) for t in topics}
-
-
-def _check_topic(producer_config: Mapping[str, Any], topic: str) -> int:
-    """The topic's number of partitions; a clear error when it cannot be used."""
-    check_tls(producer_config)  # a TLS problem named before any executor writes
-    with KafkaProtocol(producer_config) as protocol:
-        try:
-            return len(protocol.partition_leaders(topic))
-        except ProtocolError as exc:
-            refused = authorization_error(
-                exc, producer_config, f"use topic {topic!r}", topics=[topic]
-            )
-            if refused is not None:
-                raise refused from None
-            raise ConfigurationError(
-                f"topic {topic!r} is not usable at {producer_config.get('bootstrap.servers')}: "
-                f"{exc.error_name}; create it first"
-            ) from None
 
 
 def _materialise(prepared: DataFrame, partitions: int) -> tuple[int, ...]:
