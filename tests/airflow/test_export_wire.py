@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,8 @@ from tests.integration.test_wire_formats import consume_all
 from tests.support.registry import HOME, running_registry
 
 ROWS = 300
-BASE_MS = 1_589_716_800_000  # 2020-05-17T12:00:00Z
+#: A day ago: inside the topic's retention (older stamps are refused before anything opens).
+BASE_MS = (int(time.time()) - 24 * 3600) * 1000
 REGISTRY_CONN_ID = "schema_registry_test"
 
 

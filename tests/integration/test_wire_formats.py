@@ -9,7 +9,6 @@ confluent-kafka's ``AvroDeserializer`` asking that registry.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import subprocess
@@ -565,7 +564,8 @@ def test_tombstones_are_counted_and_delete_their_keys_after_compaction(
 def test_record_timestamps_from_a_column(spark, settings, bootstrap, protocol, make_topic, writer):
     """A timestamp column and a long epoch-ms column become the records' CreateTime; a null
     one is the time of writing; a value at or before 1970 fails before anything opens."""
-    base = int(dt.datetime(2020, 5, 17, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
+    # A day ago: inside the topic's retention (older ones are refused, docs/record-timestamps.md)
+    base = (int(time.time()) - 24 * 3600) * 1000
     frame = spark.range(200).selectExpr(
         "id",
         f"CASE WHEN id % 10 = 0 THEN NULL ELSE {base} + id * 1000 END AS ms",
@@ -670,3 +670,60 @@ def test_the_prepare_application_takes_the_wire_options(tmp_path: Path):
                 ]
             )
         )
+
+
+# -- prepare_in_job: the same spec from the lease task ------------------------------------------
+
+
+@pytest.mark.parametrize("writer", ["python", "jvm"])
+def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timestamps(
+    spark, registry, settings, bootstrap, protocol, make_topic, tmp_path, writer
+):
+    """The lease task's parameters carry the whole export spec (layout 2): a job of the
+    user's own (``prepare_in_job``) exports rows routed among two topics as registry Avro,
+    with tombstones and record timestamps, exactly once; the job brings the registry's
+    settings as it brings Kafka's."""
+    from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
+    from airflow_provider_kafka2pc.spark.external import JobParameters, prepare_in_job
+
+    topics = [make_topic(2), make_topic(2)]
+    base = (int(time.time()) - 3600) * 1000  # an hour ago: inside the topics' retention
+    source = orders(spark, 400).selectExpr(
+        "*",
+        f"CASE WHEN id % 2 = 0 THEN '{topics[0]}' ELSE '{topics[1]}' END AS to",
+        f"{base} + id AS ms",
+    )
+    spec = ExportSpec(
+        topic_column="to",
+        topics=tuple(topics),
+        key_column="id",
+        value_format={"record_name": "Order", "namespace": "shop"},
+        tombstone_when="id % 5 = 0",
+        timestamp_column="ms",
+        writer=writer,
+    )
+    manifest_path = tmp_path / "manifest.json"
+    params = JobParameters(spec, ids(2), unique_id("job"), str(manifest_path)).to_dict()
+
+    batch = prepare_in_job(
+        source, json.dumps(params), producer_config=settings, registry={"url": registry}
+    )
+
+    assert batch is not None and manifest_path.exists()
+    assert batch.metadata["writer"] == writer and batch.topics == tuple(topics)
+    commit(protocol, batch)
+    client = SchemaRegistryClient({"url": registry})
+    decode = AvroDeserializer(client)
+    for index, topic in enumerate(topics):
+        report, _ = assert_exactly_once(
+            protocol, bootstrap, topic, *batch.committables, committed=200, aborted=0
+        )
+        assert report.tombstones == 40  # ids 0, 10, 20, ... and 5, 15, 25, ...
+        for message in consume_all(bootstrap, topic, 200):
+            key = int(message.key())
+            assert key % 2 == index and message.timestamp() == (TIMESTAMP_CREATE_TIME, base + key)
+            if key % 5 == 0:
+                assert message.value() is None
+                continue
+            row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
+            assert row["id"] == key and row["customer"] == f"customer-{key % 97}"
