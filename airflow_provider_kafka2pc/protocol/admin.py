@@ -120,9 +120,9 @@ class Admin:
             self._refusing(exc, "describe", transactional_ids)
             # The coordinator's answer for one id fails the whole call (an unknown id:
             # TRANSACTIONAL_ID_NOT_FOUND); callers tell it from a bug by this class.
+            name = _error_name(exc)
             raise ProtocolError(
-                f"DescribeTransactions of {list(transactional_ids)}: {type(exc).__name__} {exc}",
-                _error_name(exc),
+                f"DescribeTransactions of {list(transactional_ids)}: {name} ({exc})", name
             ) from exc
         return parse_described(described)
 

@@ -210,6 +210,7 @@ def test_an_unknown_id_fails_describe_and_discovery_asks_id_by_id(
     with pytest.raises(ProtocolError) as raised:
         protocol.describe_transactions([unknown])
     assert raised.value.error_name == "TRANSACTIONAL_ID_NOT_FOUND"
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in str(raised.value)  # what `kafka2pc txn describe` says
     assert protocol.describe_transaction(unknown) is None
 
     topic = make_topic(1)
