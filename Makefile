@@ -13,7 +13,8 @@ define CHECKOUT_ON_PATH
 	echo "$(CURDIR)" > "$$($(1) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/kafka2pc-checkout.pth"
 endef
 
-$(STAMP): pyproject.toml
+# __init__.py: it holds the version, which the installed metadata must follow.
+$(STAMP): pyproject.toml airflow_provider_kafka2pc/__init__.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,spark,docs]'

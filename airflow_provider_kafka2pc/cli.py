@@ -117,7 +117,7 @@ def _refusals(
     """The broker's authorization refusals as errors naming the missing ACL."""
     try:
         yield
-    except Exception as exc:
+    except Exception as exc:  # nothing swallowed: a refusal is re-raised as one, the rest as is
         refused = authorization_error(
             exc, _settings(args), action, transactional_ids=transactional_ids, topics=topics
         )

@@ -61,9 +61,10 @@ class TlsError(ConfigurationError):
 
 
 class AuthorizationError(PermanentError):
-    """The broker refused an operation for lack of an ACL (TRANSACTIONAL_ID_AUTHORIZATION_
-    FAILED, TOPIC_AUTHORIZATION_FAILED, ...); the message names the principal, the
-    resource and the operations it needs. Carries the Kafka error name."""
+    """The broker refused an operation for lack of an ACL
+    (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``, ``TOPIC_AUTHORIZATION_FAILED``, ...); the
+    message names the principal, the resource and the operations it needs. Carries the Kafka
+    error name."""
 
     def __init__(self, message: str, error_name: str | None = None) -> None:
         super().__init__(message)

@@ -244,6 +244,9 @@ def resolve(
     :raises ConfigurationError: the settings are wrong, or the credentials are refused.
     """
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    # The HTTP library the client sends with (httpx2, else httpx: its own choice).
+    from confluent_kafka.schema_registry.common._httpx_compat import httpx
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     where = registry_address(settings)
@@ -262,7 +265,7 @@ def resolve(
             schema_id = registry.lookup_schema(subject, wanted).schema_id
     except SchemaRegistryError as exc:
         raise _refusal(exc, subject, where, auto_register) from None
-    except Exception as exc:  # httpx / OS errors: nothing answered
+    except (httpx.HTTPError, OSError) as exc:  # nothing answered (the client's last URL's)
         raise SchemaRegistryUnreachableError(
             f"the schema registry at {where} did not answer ({type(exc).__name__}); "
             "nothing was written"

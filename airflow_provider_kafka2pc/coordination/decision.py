@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import AuthorizationError
+from ..errors import ConnectionLostError, ProtocolError
 from ..ledger import Batch, BatchState, Participant, ParticipantState, Verdict
 from ..ledger.store import earliest_deadline_ms
 from ..protocol.client import KafkaProtocol
@@ -143,9 +143,11 @@ def not_open(protocol: KafkaProtocol, committables: Sequence[Committable]) -> di
     if protocol.api_version(ApiKey.DESCRIBE_TRANSACTIONS) is not None:
         try:
             described = protocol.describe_transactions([c.transactional_id for c in committables])
-        except AuthorizationError:
-            raise  # refused: the markers would call the batch open, and its commit fail
-        except Exception as exc:  # unknown id and kin: the log's markers decide instead
+        except (ProtocolError, ConnectionLostError) as exc:
+            # The coordinator could not say: an id it does not know or another error answer,
+            # or no answer through the failover. The partitions' markers decide instead. Not
+            # a refusal (AuthorizationError): the markers would call the batch open, and its
+            # commit fail.
             log.warning("DescribeTransactions failed (%s); reading the markers", exc)
         else:
             by_id = {d.transactional_id: d for d in described}

@@ -308,7 +308,7 @@ class Coordinator:
             for p in lost:
                 self.ledger.replace_participant(export_id, run_key, fresh[p.index])
                 recorded.add(p.index)
-        except Exception:
+        except Exception:  # whatever stopped the recording: discard the rest, then re-raise
             self._discard(c for i, c in fresh.items() if i not in recorded)
             raise
         log.info(

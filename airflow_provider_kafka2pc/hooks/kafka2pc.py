@@ -84,7 +84,7 @@ class Kafka2pcHook(KafkaBaseHook):
         try:  # KafkaProtocol names a TLS problem (check_tls) before anything opens
             with KafkaProtocol(settings, timeout_ms=self.timeout_ms) as protocol:
                 yield protocol
-        except Exception as exc:
+        except Exception as exc:  # nothing swallowed: a refusal re-raised as one, the rest as is
             refused = authorization_error(
                 exc, settings, f"use Kafka connection {self.kafka_config_id!r}"
             )

@@ -243,7 +243,9 @@ class KafkaTransactionCommitOperator(_FinishOperator):
             try:
                 job = self.recorded_job() or self._job_from_dag(context)
                 self._lineage_source = (dict(job.source), job.conf_dict())
-            except Exception as exc:  # lineage is never worth failing the commit for
+            except Exception as exc:
+                # Lineage is never worth failing the commit for, and a batch prepared before
+                # the ledger kept its job may have no prepare task to read it from either.
                 self.log.debug("no source for OpenLineage: %s", exc)
                 return {}, {}
         return self._lineage_source

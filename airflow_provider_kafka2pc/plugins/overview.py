@@ -121,7 +121,7 @@ class Sources:
             text = scrub(text, self.kafka.settings())
         try:
             password = self.ledger_url().password
-        except Exception:
+        except Exception:  # no usable ledger URL, no password in it to hide
             password = None
         return text.replace(str(password), "***") if password else text
 
@@ -165,7 +165,7 @@ def read_overview(
             ]
             if overview.exports:
                 _ask_broker(sources, ledger, overview, grace_period=grace_period, now=now)
-    except Exception as exc:
+    except Exception as exc:  # the page shows any error (scrubbed) rather than fail to render
         overview.error = sources.scrub(f"{type(exc).__name__}: {exc}")
     return overview
 
@@ -209,12 +209,12 @@ def _ask_broker(
             for export in overview.exports:
                 try:
                     report = dry_run(ledger, protocol, sources.kafka, export, grace_period, now)
-                except Exception as exc:
+                except Exception as exc:  # shown beside this export; the others still read
                     export.broker_error = sources.scrub(f"{type(exc).__name__}: {exc}")
                     continue
                 export.dry_run = report
                 _annotate(export, report)
-    except Exception as exc:
+    except Exception as exc:  # no broker connection: shown beside every export not yet read
         why = sources.scrub(f"{type(exc).__name__}: {exc}")
         for export in overview.exports:
             if export.dry_run is None and export.broker_error is None:

@@ -222,7 +222,8 @@ def create_app() -> FastAPI:
                 id_prefix=export.id_prefix,
                 grace_period=config.grace_period(),
             )
-        except Exception as exc:  # shown on the page, as the sensor would log it
+        except Exception as exc:  # shown on the page (and audited), as the sensor would log it:
+            # whoever pressed "recover now" sees why it failed, not a 500
             error = sources.scrub(f"{type(exc).__name__}: {exc}")
         log.info(
             "%s pressed recover now on %s: %s (%.1f s)",

@@ -118,7 +118,12 @@ class Admin:
             )
         except kafka_errors.KafkaError as exc:
             self._refusing(exc, "describe", transactional_ids)
-            raise
+            # The coordinator's answer for one id fails the whole call (an unknown id:
+            # TRANSACTIONAL_ID_NOT_FOUND); callers tell it from a bug by this class.
+            name = _error_name(exc)
+            raise ProtocolError(
+                f"DescribeTransactions of {list(transactional_ids)}: {name} ({exc})", name
+            ) from exc
         return parse_described(described)
 
 
@@ -157,6 +162,13 @@ def parse_described(described: Mapping[str, Any]) -> list[DescribedTransaction]:
         )
         for tid, d in described.items()
     ]
+
+
+def _error_name(exc: kafka_errors.KafkaError) -> str:
+    """Kafka's name of the broker's error (``TRANSACTIONAL_ID_NOT_FOUND``), else the class's."""
+    if isinstance(exc, kafka_errors.BrokerResponseError):
+        return exc.message
+    return type(exc).__name__
 
 
 def _retriable(exc: BaseException) -> bool:

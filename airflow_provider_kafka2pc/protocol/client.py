@@ -14,13 +14,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import kafka.errors as kafka_errors
-
 from .. import defaults
 from ..connection.settings import bootstrap_servers, to_kafka_python
 from ..connection.tls import check_tls
-from ..errors import UnsupportedError
+from ..errors import ProtocolError, UnsupportedError
 from .admin import Admin
+from .codes import ErrorCode
 from .configs import ConfigEntry, describe_topic_configs_request, parse_topic_configs
 from .described import DescribedTransaction, ListedTransaction
 from .failover import Failover
@@ -319,5 +318,7 @@ class KafkaProtocol:
         does not know it (TRANSACTIONAL_ID_NOT_FOUND)."""
         try:
             return self.describe_transactions([transactional_id])[0]
-        except kafka_errors.TransactionalIdNotFoundError:
-            return None
+        except ProtocolError as exc:
+            if exc.error_name == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND.name:
+                return None
+            raise

@@ -100,7 +100,7 @@ class KafkaDanglingTransactionSensor(BaseSensorOperator):
                     id_prefix=self.id_prefix,
                     grace_period=self.grace_period,
                 )
-        except Exception as exc:
+        except Exception as exc:  # classified: only what handling() calls retriable pokes again
             if handling(exc) is not Handling.RETRY:
                 raise
             self.log.warning("%s: %s; poking again", self.export_id, exc)

@@ -60,11 +60,13 @@ def register_key_hash(spark: SparkSession) -> str | None:
         spark.udf.registerJavaFunction(KEY_HASH_FUNCTION, KEY_HASH_CLASS, T.IntegerType())
         return None
     except Exception:  # AnalysisException: the class is not on the classpath yet
+        # Broad on purpose, as below: classic and Connect sessions raise different classes,
+        # and the worst outcome is the fallback, hash partitioning, which is correct.
         log.info("%s is not on the classpath: ADD JAR %s", KEY_HASH_CLASS, JAR)
     try:
         add_jar(spark, JAR)
         spark.udf.registerJavaFunction(KEY_HASH_FUNCTION, KEY_HASH_CLASS, T.IntegerType())
-    except Exception as exc:
+    except Exception as exc:  # not fatal: the rows are partitioned by hash, the reason recorded
         return f"the JVM could not load {KEY_HASH_CLASS} from {JAR} ({type(exc).__name__})"
     return None
 

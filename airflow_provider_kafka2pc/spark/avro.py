@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -32,7 +33,7 @@ def _jvm_class(spark: SparkSession, name: str) -> object:
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         return jvm.java.lang.Class.forName(name, True, loader)
-    except Exception:  # Py4JJavaError: ClassNotFoundException
+    except Py4JJavaError:  # ClassNotFoundException
         raise ConfigurationError(
             f"Spark's Avro support is not on this session's classpath ({name}); start Spark "
             f"with --packages {AVRO_PACKAGE} (spark.jars.packages); nothing was written"
@@ -52,7 +53,7 @@ def derive_schema(
     converters = spark.sparkContext._jvm.org.apache.spark.sql.avro.SchemaConverters
     try:
         schema = converters.toAvroType(_java_type(spark, data_type), False, record_name, namespace)
-    except Exception as exc:  # Py4JJavaError: IncompatibleSchemaException
+    except Py4JJavaError as exc:  # IncompatibleSchemaException
         raise ConfigurationError(
             f"the columns cannot be written as Avro: {_java_message(exc)}; nothing was written"
         ) from None
@@ -69,7 +70,7 @@ def check_encodable(spark: SparkSession, data_type: T.DataType, schema: str, rol
         jvm.org.apache.spark.sql.avro.AvroSerializer(
             _java_type(spark, data_type), avro_schema, False
         )
-    except Exception as exc:  # Py4JJavaError: SchemaParseException, IncompatibleSchemaException
+    except Py4JJavaError as exc:  # SchemaParseException, IncompatibleSchemaException
         raise ConfigurationError(
             f"the {role} columns cannot be written with the Avro schema: {_java_message(exc)}; "
             "nothing was written"
@@ -122,6 +123,6 @@ def _java_message(exc: Exception) -> str:
             return f"{java.getClass().getSimpleName()}: {java.getMessage()}" + (
                 f" ({cause.getMessage()})" if cause is not java else ""
             )
-        except Exception:
+        except Py4JError:  # the JVM cannot be asked any more: the Python side's text
             pass
     return str(exc).splitlines()[0][:500]

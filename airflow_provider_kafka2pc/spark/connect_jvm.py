@@ -61,6 +61,8 @@ def probe(spark: Any, kafka_clients: str) -> str:
             answer = spark.conf.get(results)
         return str(json.loads(answer)["kafka_clients"])
     except Exception as exc:  # DATA_SOURCE_NOT_FOUND, NoClassDefFoundError, ...
+        # Broad: any failure of the probe means the server cannot run the JVM writer here;
+        # the message carries the first line of what failed, and writer='python' still works.
         raise ConfigurationError(
             f"the Spark Connect server cannot load the kafka2pc DataSource ({_first_line(exc)});"
             f" start the server with --jars {JAR},<kafka-clients jar> (or spark.jars; "

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import BrokerFetchError, ConfigurationError
@@ -130,7 +131,8 @@ def ensure_on_classpath(spark: SparkSession) -> str:
         _add_jar(spark, JAR)
     try:
         return str(_writer_class(spark).kafkaClientsVersion())
-    except Exception as exc:  # the class missing (JavaPackage not callable), or a Java error
+    except (TypeError, Py4JError) as exc:  # the class missing: py4j's JavaPackage is not
+        # callable (TypeError); a Java error (Py4JJavaError)
         raise ConfigurationError(
             f"the JVM writer cannot load {WRITER_CLASS} and kafka-clients ({type(exc).__name__});"
             f" start Spark with --packages {KAFKA_CLIENTS} and --jars {JAR}, or use "

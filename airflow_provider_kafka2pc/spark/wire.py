@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -182,7 +183,7 @@ def tombstone_condition(df: DataFrame, condition: str, key_column: str | None) -
         )
     try:
         data_type = df.select(F.expr(condition).alias("c")).schema["c"].dataType
-    except Exception as exc:  # ParseException / AnalysisException
+    except AnalysisException as exc:  # and ParseException, classic or Connect
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigurationError(
             f"tombstone_when {condition!r} is not a SQL expression over the source's "

@@ -97,6 +97,9 @@ class DanglingTransactionTrigger(BaseTrigger):
             try:
                 report = await asyncio.to_thread(self._round)
             except Exception as exc:
+                # Every error ends in an event (an unexpected one as ERROR, with its class and
+                # message, which the sensor's execute_complete raises): one escaping run()
+                # would fail the task from the triggerer, past execute_complete.
                 kind = handling(exc)
                 if kind is Handling.RETRY:  # the broker or the ledger may be back next round
                     self.log.warning(

@@ -5,6 +5,8 @@
   through its restart; a commit from another process then succeeds exactly once.
 - An open transaction holds back read_committed consumers at its first offset (the last
   stable offset) until it ends: dangling transactions are an outage for consumers.
+- An id the coordinator does not know fails a whole DescribeTransactions; recovery's
+  discovery then asks id by id and still finds the open transactions among them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import Producer
 
+from airflow_provider_kafka2pc.coordination.recovery.discovery import _describe
+from airflow_provider_kafka2pc.errors import ProtocolError
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, DescribedTransaction
 from airflow_provider_kafka2pc.transaction.committable import Committable
@@ -194,3 +198,26 @@ def test_open_transaction_holds_back_read_committed_until_it_ends(
         committed=150 + visible_held,
         aborted=50 - visible_held,
     )
+
+
+# -- an id the coordinator does not know ---------------------------------------------------
+
+
+def test_an_unknown_id_fails_describe_and_discovery_asks_id_by_id(
+    settings, bootstrap, protocol, make_topic
+):
+    unknown = unique_id("never-written")
+    with pytest.raises(ProtocolError) as raised:
+        protocol.describe_transactions([unknown])
+    assert raised.value.error_name == "TRANSACTIONAL_ID_NOT_FOUND"
+    assert "TRANSACTIONAL_ID_NOT_FOUND" in str(raised.value)  # what `kafka2pc txn describe` says
+    assert protocol.describe_transaction(unknown) is None
+
+    topic = make_topic(1)
+    tid = unique_id("open")
+    held = TransactionalWriter(settings, tid).write(topic, ((b"k%d" % i, b"v") for i in range(20)))
+    found = _describe(protocol, [unknown, tid])
+    assert list(found) == [tid]
+    assert found[tid].identity == (held.producer_id, held.producer_epoch)
+    assert TransactionController(protocol).commit(held).outcome is Outcome.COMMITTED
+    assert_exactly_once(protocol, bootstrap, topic, held, committed=20, aborted=0)

@@ -80,6 +80,17 @@ def test_twine_accepts_the_sdist_and_the_wheel(dist: Path) -> None:
     assert done.stdout.count("PASSED") == 2, done.stdout
 
 
+def test_the_distributions_carry_the_package_version(dist: Path, wheel: Path) -> None:
+    from airflow_provider_kafka2pc import __version__
+
+    # pyproject.toml reads __version__ (tests/unit/test_version.py): the built files carry it.
+    assert wheel.name.startswith(f"airflow_provider_kafka2pc-{__version__}-")
+    assert (dist / f"airflow_provider_kafka2pc-{__version__}.tar.gz").is_file()
+    with zipfile.ZipFile(wheel) as archive:
+        (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        assert f"\nVersion: {__version__}\n" in archive.read(meta).decode()
+
+
 def test_the_wheel_holds_no_developer_tools(names: list[str]) -> None:
     shipped = [n for n in names if n.startswith((*CHECKOUT_ONLY, *MOVED_OUT))]
     assert shipped == []

@@ -34,7 +34,7 @@ from airflow_provider_kafka2pc.errors import (
     SchemaRefusedError,
     SchemaRegistryUnreachableError,
 )
-from airflow_provider_kafka2pc.spark import AVRO_PACKAGE, prepare_dataframe
+from airflow_provider_kafka2pc.spark import AVRO_PACKAGE, avro, prepare_dataframe
 from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
@@ -422,6 +422,11 @@ def _refused_cases(registry: str, topic: str) -> dict[str, tuple[WireOptions, ty
             ConfigurationError,
             "not boolean",
         ),
+        "tombstone condition not over the columns": (
+            WireOptions(tombstone_when="no_such_column = 1"),
+            ConfigurationError,
+            "is not a SQL expression over the source's columns",
+        ),
         "timestamp of a wrong type": (
             WireOptions(timestamp_column="customer"),
             ConfigurationError,
@@ -458,6 +463,15 @@ def test_refusals_come_before_any_transaction_opens(
                 wire=wire,
             )
         nothing_opened(protocol, topic, leased)
+
+
+def test_a_class_missing_from_the_session_is_named_with_the_package_to_add(spark):
+    """The JVM's ClassNotFoundException (a Py4JJavaError) becomes the ConfigurationError
+    naming Spark's Avro package; the check the Avro paths make before anything opens."""
+    with pytest.raises(
+        ConfigurationError, match=f"not on this session's classpath.*{AVRO_PACKAGE}"
+    ):
+        avro._jvm_class(spark, "org.apache.spark.sql.avro.NoSuchClass")
 
 
 def test_the_registry_credentials_never_show(registry):

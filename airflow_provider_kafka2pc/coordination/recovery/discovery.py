@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ... import defaults, naming
-from ...errors import AuthorizationError, UnsupportedError
+from ...errors import ProtocolError, UnsupportedError
 from ...ledger import Ledger
 from ...protocol.client import KafkaProtocol
 from ...protocol.described import OPEN_STATES, CoordinatorTxnState, DescribedTransaction
@@ -134,9 +134,10 @@ def _describe(protocol: KafkaProtocol, ids: Sequence[str]) -> dict[str, OpenTran
         return {}
     try:
         rows = protocol.describe_transactions(list(ids))
-    except (UnsupportedError, AuthorizationError):
-        raise
-    except Exception as exc:  # one unknown id fails the whole request: ask one by one
+    except ProtocolError as exc:
+        # One id's error answer fails the whole request (one ended and forgotten since it was
+        # listed: TRANSACTIONAL_ID_NOT_FOUND): ask one by one, each unknown id left out and
+        # any other error raised for its own id.
         log.info("DescribeTransactions of %d ids failed (%s); asking per id", len(ids), exc)
         rows = [row for tid in ids if (row := protocol.describe_transaction(tid)) is not None]
     return {d.transactional_id: OpenTransaction.described(d) for d in rows}
