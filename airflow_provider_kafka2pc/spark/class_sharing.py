@@ -181,7 +181,7 @@ class DriverArchive:
         size = writing.stat().st_size
         if size > 0:
             # The record first: a reader that finds the archive finds its record.
-            _write_atomically(_record(final), str(size))
+            record_size(final, size)
             os.replace(writing, final)
             _prune(final.parent, keep=final)
 
@@ -196,10 +196,12 @@ class _Mapping:
         self._identity = _identity(final)
 
     def options(self) -> list[str]:
-        options = [f"-XX:SharedArchiveFile={self.final}", _VERIFY]
-        if self.log is not None:
-            options.append(f"-Xlog:class+load=info:file={self.log}")
-        return options
+        return [f"-XX:SharedArchiveFile={self.final}", _VERIFY]
+
+    def log_options(self) -> list[str]:
+        """The class-load log, to follow :data:`_LOGGING` (whose ``-Xlog:disable`` would
+        turn it off)."""
+        return [] if self.log is None else [f"-Xlog:class+load=info:file={self.log}"]
 
     def judge(self) -> None:
         """After a successful run: refresh the archive's last use if the driver mapped it,
@@ -259,6 +261,11 @@ def intact(final: Path) -> bool:
         return final.stat().st_size == recorded
     except (OSError, ValueError):
         return False
+
+
+def record_size(final: Path, size: int) -> None:
+    """Record the size ``final`` is published with (:func:`intact` checks it)."""
+    _write_atomically(_record(final), str(size))
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
@@ -336,6 +343,12 @@ def given_up(final: Path) -> bool:
         return False
 
 
+def archive_for(conf: Mapping[str, str], spark_binary: str) -> Path | None:
+    """The archive a client-mode driver with ``conf`` maps (whether or not it exists yet),
+    or None where none applies."""
+    return _archive_for(conf, spark_binary)[0]
+
+
 def runs_until_mapped(conf: Mapping[str, str], spark_binary: str) -> int:
     """How many runs from now the driver is first started from its archive: 0 (it is, or no
     archive applies), 1 (the next run writes it) or 2 (the next one finds no trace yet, or
@@ -387,7 +400,8 @@ def driver_archive(
         return
     first, writing, mapping = plan
     # Ours first: the user's own -Xlog options, after them, still apply.
-    out[DRIVER_OPTIONS] = " ".join([*map(_quoted, first), *_LOGGING, options]).strip()
+    ours = [*first, *_LOGGING, *(mapping.log_options() if mapping else [])]
+    out[DRIVER_OPTIONS] = " ".join([*map(_quoted, ours), options]).strip()
     try:
         yield DriverArchive(out, writing, final, mapping)
     finally:

@@ -230,6 +230,8 @@ def test_a_mapped_archive_is_verified_and_counts_as_used_once_the_driver_mapped_
         options = _options(archive.conf)
         assert options[:2] == [f"-XX:SharedArchiveFile={final}", "-XX:+VerifySharedSpaces"]
         log = _class_log(archive)
+        # After the logging options: their -Xlog:disable would turn it off.
+        assert options.index(f"-Xlog:class+load=info:file={log}") > options.index("-Xlog:disable")
         assert final.stat().st_mtime == then  # not refreshed before the JVM says so
         log.write_bytes(b"[info][class,load] org.apache.spark.SparkContext " + MAPPED_MARK)
         archive.publish()
