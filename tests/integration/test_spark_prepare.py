@@ -666,21 +666,41 @@ def test_a_bad_driver_archive_never_fails_the_prepare_and_is_evicted(
 def test_a_damaged_driver_archive_is_refused_by_its_checksums_and_evicted(
     bootstrap, protocol, make_topic, tmp_path, monkeypatch
 ):
-    """An archive of the driver's own classes, damaged inside (the size it was published
-    with): JDK 17 would map it and crash; with -XX:+VerifySharedSpaces it refuses it, the
-    prepare stays exact, and the archive is evicted."""
+    """An archive of the driver's class path, damaged inside (the size it was published
+    with): JDK 17 maps damaged classes, or crashes on them; with -XX:+VerifySharedSpaces it
+    refuses it, the prepare stays exact, and the archive is evicted."""
     monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(tmp_path / "cache"))
-    with driver_archive({}, spark_submit_binary()):
+    binary = spark_submit_binary()
+    with driver_archive({}, binary):
         pass  # the first run's trace: the next one writes
-    prepare_and_commit(bootstrap, protocol, make_topic, tmp_path, "write", 200)
-    final = class_sharing.archive_for({}, spark_submit_binary())
+    # Written by a driver JVM that only prints Spark's version (9 s, where a prepare that
+    # writes takes a minute here): the same class path, fewer classes.
+    with driver_archive({}, binary) as archive:
+        options = archive.conf[class_sharing.DRIVER_OPTIONS]
+        assert "-XX:ArchiveClassesAtExit=" in options
+        subprocess.run(
+            [binary, "--conf", f"{class_sharing.DRIVER_OPTIONS}={options}", "--version"],
+            check=True,
+            capture_output=True,
+        )
+        archive.publish()
+    final = class_sharing.archive_for({}, binary)
     assert final is not None and final.is_file()
+    # Undamaged, a driver maps it (so what refuses it below is the damage).
+    loads = tmp_path / "undamaged-classes.log"
+    options = f"-XX:SharedArchiveFile={final} -Xlog:class+load=info:file={loads}"
+    subprocess.run(
+        [binary, "--conf", f"{class_sharing.DRIVER_OPTIONS}={options}", "--version"],
+        check=True,
+        capture_output=True,
+    )
+    assert "source: shared objects file (top)" in loads.read_text()
     size = final.stat().st_size
-    with final.open("r+b") as archive:  # 64 KiB flipped in the middle, the size kept
-        archive.seek(size // 2)
-        flipped = bytes(b ^ 0xFF for b in archive.read(65536))
-        archive.seek(size // 2)
-        archive.write(flipped)
+    with final.open("r+b") as damaged:  # 64 KiB flipped in the middle, the size kept
+        damaged.seek(size // 2)
+        flipped = bytes(b ^ 0xFF for b in damaged.read(65536))
+        damaged.seek(size // 2)
+        damaged.write(flipped)
     assert final.stat().st_size == size
 
     stderr, classes = prepare_and_commit(bootstrap, protocol, make_topic, tmp_path, "map", 200)
@@ -688,7 +708,7 @@ def test_a_damaged_driver_archive_is_refused_by_its_checksums_and_evicted(
     assert "Unable to use shared archive" in stderr
     assert "source: shared objects file (top)" not in classes
     assert not final.exists()
-    assert class_sharing.runs_until_mapped({}, spark_submit_binary()) == 1
+    assert class_sharing.runs_until_mapped({}, binary) == 1
 
 
 def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
