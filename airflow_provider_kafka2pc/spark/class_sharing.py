@@ -65,9 +65,10 @@ _VERIFY = "-XX:+VerifySharedSpaces"
 MAPPED_MARK = b"source: shared objects file (top)"
 #: Characters the JVM's -Xlog option cannot take in a file name unquoted.
 _LOG_PATH_UNSAFE = frozenset(':,"')
-#: Evictions after which an archive is not written again for :data:`UNUSED_FOR_S` (one
-#: rewrite after a bad archive; a configuration whose archive is always refused would
-#: otherwise pay 16 s every other run).
+#: Evictions within :data:`UNUSED_FOR_S` after which an archive is not written again until
+#: that long after the last: one rewrite after a bad archive, where a driver that always
+#: refuses it (a heap of 32 GB or more has no compressed pointers, and JDK 17 then refuses,
+#: silently, an archive a smaller driver wrote) would make another pay 16 s every other run.
 GIVE_UP_AFTER = 2
 
 
@@ -211,7 +212,6 @@ class _Mapping:
             return
         if verdict:
             os.utime(self.final)  # its last use, for pruning
-            _refused(self.final).unlink(missing_ok=True)
         else:
             evict(self.final)
 
@@ -226,9 +226,12 @@ def mapped(log: Path) -> bool | None:
     turned the log off), so nothing is concluded.
 
     Why this log and not the JVM's warnings: JDK 17 says nothing at all when it refuses an
-    empty or short file, a version it does not know (another JDK's archive) or a bad magic
-    number, and says the rest at different levels under different tags; what class came
-    from where is the one statement it makes in every case. Its ``cds`` log at ``info``
+    empty or short file, a version it does not know (another JDK's archive), another build,
+    a bad magic number or a heap without compressed pointers, and says the rest at different
+    levels under different tags; what class came from where is the one statement it makes
+    in every case. Nor by reading the archive's header here: its layout changes with each
+    JDK, and the class path, the heap's pointers and the checksums are checked by the JVM
+    only. Its ``cds`` log at ``info``
     would say more, but crashes JDK 17.0.15 on an archive shorter than its header. The log
     costs about 21,000 lines per driver, within the noise of its start.
     """
@@ -321,26 +324,28 @@ def _record(final: Path) -> Path:
 
 
 def _refused(final: Path) -> Path:
-    """How many times this archive was evicted since one was last mapped."""
+    """How many times this archive was evicted, each less than :data:`UNUSED_FOR_S` after
+    the one before (its date: the last eviction)."""
     return final.with_name(f".{final.stem}.refused")
 
 
 def _evictions(final: Path) -> int:
+    """Evictions of this archive, counted until :data:`UNUSED_FOR_S` pass without one.
+    Not reset by a mapped run: two configurations refusing each other's archive map it in
+    turns."""
+    marker = _refused(final)
     try:
-        return int(_refused(final).read_text().strip())
+        if time.time() - marker.stat().st_mtime >= UNUSED_FOR_S:
+            return 0
+        return int(marker.read_text().strip())
     except (OSError, ValueError):
         return 0
 
 
 def given_up(final: Path) -> bool:
-    """Evicted :data:`GIVE_UP_AFTER` times without a mapped run between, the last time less
-    than :data:`UNUSED_FOR_S` ago: not written again until then."""
-    if _evictions(final) < GIVE_UP_AFTER:
-        return False
-    try:
-        return time.time() - _refused(final).stat().st_mtime < UNUSED_FOR_S
-    except OSError:
-        return False
+    """Evicted :data:`GIVE_UP_AFTER` times (:func:`_evictions`): not written again until
+    :data:`UNUSED_FOR_S` after the last eviction."""
+    return _evictions(final) >= GIVE_UP_AFTER
 
 
 def archive_for(conf: Mapping[str, str], spark_binary: str) -> Path | None:
