@@ -201,8 +201,11 @@ class _Mapping:
 
     def log_options(self) -> list[str]:
         """The class-load log, to follow :data:`_LOGGING` (whose ``-Xlog:disable`` would
-        turn it off)."""
-        return [] if self.log is None else [f"-Xlog:class+load=info:file={self.log}"]
+        turn it off): one file (the JVM rotates at 20 MB, which would leave the archive's
+        lines in another), no decorations."""
+        if self.log is None:
+            return []
+        return [f"-Xlog:class+load=info:file={self.log}:none:filecount=0"]
 
     def judge(self) -> None:
         """After a successful run: refresh the archive's last use if the driver mapped it,
@@ -235,13 +238,17 @@ def mapped(log: Path) -> bool | None:
     would say more, but crashes JDK 17.0.15 on an archive shorter than its header. The log
     costs about 21,000 lines per driver, within the noise of its start.
     """
+    seen_any, tail = False, b""
     try:
-        data = log.read_bytes()
+        with log.open("rb") as lines:
+            while chunk := lines.read(1 << 20):
+                seen_any = seen_any or bool(chunk.strip())
+                if MAPPED_MARK in tail + chunk:
+                    return True
+                tail = chunk[-len(MAPPED_MARK) :]
     except OSError:
         return None
-    if not data.strip():
-        return None
-    return MAPPED_MARK in data
+    return False if seen_any else None
 
 
 def evict(final: Path) -> None:

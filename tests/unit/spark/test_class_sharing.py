@@ -212,7 +212,9 @@ def _published(content: bytes = b"archive") -> Path:
 def _class_log(archive: class_sharing.DriverArchive) -> Path:
     """Where the driver JVM of a mapping run logs its class loads."""
     (option,) = [o for o in _options(archive.conf) if o.startswith("-Xlog:class+load")]
-    return Path(option.split("file=", 1)[1])
+    path, rest = option.split("file=", 1)[1].split(":", 1)
+    assert rest == "none:filecount=0"  # one file: not rotated at 20 MB
+    return Path(path)
 
 
 def _a_month_ago(path: Path) -> float:
@@ -231,7 +233,10 @@ def test_a_mapped_archive_is_verified_and_counts_as_used_once_the_driver_mapped_
         assert options[:2] == [f"-XX:SharedArchiveFile={final}", "-XX:+VerifySharedSpaces"]
         log = _class_log(archive)
         # After the logging options: their -Xlog:disable would turn it off.
-        assert options.index(f"-Xlog:class+load=info:file={log}") > options.index("-Xlog:disable")
+        logging = [
+            i for i, o in enumerate(options) if o.startswith(f"-Xlog:class+load=info:file={log}:")
+        ]
+        assert logging[0] > options.index("-Xlog:disable")
         assert final.stat().st_mtime == then  # not refreshed before the JVM says so
         log.write_bytes(b"[info][class,load] org.apache.spark.SparkContext " + MAPPED_MARK)
         archive.publish()
@@ -404,3 +409,15 @@ def test_pruning_removes_records_of_archives_gone_for_a_day(runtime: Path) -> No
     assert not orphan.exists()
     assert fresh.exists()  # its archive may be renamed into place just now
     assert (directory / f".{final.stem}.size").read_text() == str(len(b"archive"))
+
+
+def test_the_verdict_reads_the_log_in_chunks(tmp_path: Path) -> None:
+    """A driver's log is megabytes; the mark may straddle two reads."""
+    log = tmp_path / "classes.log"
+    log.write_bytes(b"x" * ((1 << 20) - 10) + MAPPED_MARK + b"\n")
+    assert class_sharing.mapped(log) is True
+    log.write_bytes(b"java.lang.Object source: shared objects file\n" * 50_000)
+    assert class_sharing.mapped(log) is False
+    log.write_bytes(b"\n")
+    assert class_sharing.mapped(log) is None
+    assert class_sharing.mapped(tmp_path / "absent.log") is None
