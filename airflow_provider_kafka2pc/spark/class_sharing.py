@@ -15,6 +15,13 @@ The JVM checks an archive against its own runtime and class path, and runs witho
 keep refusing each other's archive, an archive is named by a digest of what it depends on:
 the Java runtime, Spark's jars and the driver's extra class path.
 
+An archive fails safe (docs/performance-startup.md, "When the archive is bad"): JDK 17
+crashes on an archive shorter than it was written (SIGBUS) or with damaged content
+(SIGSEGV), so each is checked against the size recorded when it was published and mapped
+with ``-XX:+VerifySharedSpaces`` (the JVM checks its checksums and runs without it); an
+archive the driver did not map is evicted after the run, and only a mapped one counts as
+used.
+
 Only a driver on this machine gets one (client deploy mode); off with
 ``KAFKA2PC_CLASS_SHARING=false`` or when the driver's Java options already choose
 (``-Xshare``, ``SharedArchiveFile``, ``ArchiveClassesAtExit``).
@@ -23,6 +30,7 @@ Only a driver on this machine gets one (client deploy mode); off with
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -33,6 +41,8 @@ from pathlib import Path
 
 from ..errors import ConfigurationError
 from .maven import cache_root, java_binary
+
+log = logging.getLogger(__name__)
 
 #: ``false`` (or ``0``, ``no``) turns the archive off.
 SWITCH_ENV = "KAFKA2PC_CLASS_SHARING"
@@ -48,6 +58,18 @@ _CHOSEN = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "AutoCreateSh
 _LOGGING = ("-Xlog:disable", "-Xlog:all=warning:stderr", "-Xlog:cds=error:stderr")
 #: An archive not used for this long is removed when another one is written.
 UNUSED_FOR_S = 14 * 24 * 3600
+#: Mapping options: the JVM checks the archive's checksums (some 0.1 s of CPU for 180 MB)
+#: and runs without it when they fail, where damaged content would crash it.
+_VERIFY = "-XX:+VerifySharedSpaces"
+#: How the class-load log names a class the driver's archive (the top layer) supplied.
+MAPPED_MARK = b"source: shared objects file (top)"
+#: Characters the JVM's -Xlog option cannot take in a file name unquoted.
+_LOG_PATH_UNSAFE = frozenset(':,"')
+#: Evictions within :data:`UNUSED_FOR_S` after which an archive is not written again until
+#: that long after the last: one rewrite after a bad archive, where a driver that always
+#: refuses it (a heap of 32 GB or more has no compressed pointers, and JDK 17 then refuses,
+#: silently, an archive a smaller driver wrote) would make another pay 16 s every other run.
+GIVE_UP_AFTER = 2
 
 
 def enabled() -> bool:
@@ -127,23 +149,147 @@ def _quoted(option: str) -> str:
 
 
 class DriverArchive:
-    """The driver's archive options for one run (:attr:`conf`), and the archive that run
-    writes, which :meth:`publish` renames into place once the run has succeeded."""
+    """The driver's archive options for one run (:attr:`conf`); once the run has succeeded,
+    :meth:`publish` puts in place the archive it wrote, or judges the one it mapped."""
 
-    def __init__(self, conf: dict[str, str], writing: Path | None, final: Path | None) -> None:
+    def __init__(
+        self,
+        conf: dict[str, str],
+        writing: Path | None = None,
+        final: Path | None = None,
+        mapping: _Mapping | None = None,
+    ) -> None:
         #: The run's Spark settings, the archive's options in the driver's Java options.
         self.conf = conf
         self._writing = writing
         self._final = final
+        self._mapping = mapping
 
     def publish(self) -> None:
-        """Put the archive this run wrote in place (a failed run's is never published)."""
+        """Put the archive this run wrote in place (a failed run's is never published), or
+        judge the one it mapped: refreshed when the driver mapped it, evicted when not."""
+        try:
+            if self._mapping is not None:
+                self._mapping.judge()
+            self._put_in_place()
+        except OSError as exc:  # the run succeeded: the cache is not worth failing it for
+            log.warning("driver class archive not published or judged: %s", exc)
+
+    def _put_in_place(self) -> None:
         writing, final = self._writing, self._final
         if writing is None or final is None or not writing.is_file():
             return
-        if writing.stat().st_size > 0:
+        size = writing.stat().st_size
+        if size > 0:
+            # The record first: a reader that finds the archive finds its record.
+            record_size(final, size)
             os.replace(writing, final)
             _prune(final.parent, keep=final)
+
+
+class _Mapping:
+    """One run that maps ``final``: where its driver logs the classes it loads, and the
+    archive as that run found it (so that a newer one is not evicted in its place)."""
+
+    def __init__(self, final: Path, log: Path | None) -> None:
+        self.final = final
+        self.log = log
+        self._identity = _identity(final)
+
+    def options(self) -> list[str]:
+        return [f"-XX:SharedArchiveFile={self.final}", _VERIFY]
+
+    def log_options(self) -> list[str]:
+        """The class-load log, to follow :data:`_LOGGING` (whose ``-Xlog:disable`` would
+        turn it off): one file (the JVM rotates at 20 MB, which would leave the archive's
+        lines in another), no decorations."""
+        if self.log is None:
+            return []
+        return [f"-Xlog:class+load=info:file={self.log}:none:filecount=0"]
+
+    def judge(self) -> None:
+        """After a successful run: refresh the archive's last use if the driver mapped it,
+        evict it if the driver refused it, leave it when the log cannot tell."""
+        verdict = mapped(self.log) if self.log is not None else None
+        if verdict is None or _identity(self.final) != self._identity:
+            return
+        if verdict:
+            os.utime(self.final)  # its last use, for pruning
+        else:
+            evict(self.final)
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.unlink(missing_ok=True)
+
+
+def mapped(log: Path) -> bool | None:
+    """Whether the driver whose class-load log this is took classes from its archive: None
+    when the log is missing or empty (the JVM did not start, or a later ``-Xlog:disable``
+    turned the log off), so nothing is concluded.
+
+    Why this log and not the JVM's warnings: JDK 17 says nothing at all when it refuses an
+    empty or short file, a version it does not know (another JDK's archive), another build,
+    a bad magic number or a heap without compressed pointers, and says the rest at different
+    levels under different tags; what class came from where is the one statement it makes
+    in every case. Nor by reading the archive's header here: its layout changes with each
+    JDK, and the class path, the heap's pointers and the checksums are checked by the JVM
+    only. Its ``cds`` log at ``info``
+    would say more, but crashes JDK 17.0.15 on an archive shorter than its header. The log
+    costs about 21,000 lines per driver, within the noise of its start.
+    """
+    seen_any, tail = False, b""
+    try:
+        with log.open("rb") as lines:
+            while chunk := lines.read(1 << 20):
+                seen_any = seen_any or bool(chunk.strip())
+                if MAPPED_MARK in tail + chunk:
+                    return True
+                tail = chunk[-len(MAPPED_MARK) :]
+    except OSError:
+        return None
+    return False if seen_any else None
+
+
+def evict(final: Path) -> None:
+    """Remove an archive the driver did not map (and its record), keep the trace so the next
+    run writes a fresh one, and count the eviction (:data:`GIVE_UP_AFTER`)."""
+    final.unlink(missing_ok=True)
+    _record(final).unlink(missing_ok=True)
+    refused = _refused(final)
+    _write_atomically(refused, str(_evictions(final) + 1))
+    _seen(final).touch()
+
+
+def intact(final: Path) -> bool:
+    """The archive has the size recorded when it was published. Why: JDK 17 maps the
+    regions its header names and dies of SIGBUS touching one past a shorter file's end, and
+    -XX:+VerifySharedSpaces does not help there (it reads the regions too). An archive
+    without a record (written before records, or copied without it) is not trusted."""
+    try:
+        recorded = int(_record(final).read_text().strip())
+        return final.stat().st_size == recorded
+    except (OSError, ValueError):
+        return False
+
+
+def record_size(final: Path, size: int) -> None:
+    """Record the size ``final`` is published with (:func:`intact` checks it)."""
+    _write_atomically(_record(final), str(size))
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def _archive_for(
@@ -179,13 +325,59 @@ def _seen(final: Path) -> Path:
     return final.with_name(f".{final.stem}.seen")
 
 
+def _record(final: Path) -> Path:
+    """The archive's size as published (:func:`intact`)."""
+    return final.with_name(f".{final.stem}.size")
+
+
+def _refused(final: Path) -> Path:
+    """How many times this archive was evicted, each less than :data:`UNUSED_FOR_S` after
+    the one before (its date: the last eviction)."""
+    return final.with_name(f".{final.stem}.refused")
+
+
+def _evictions(final: Path) -> int:
+    """Evictions of this archive, counted until :data:`UNUSED_FOR_S` pass without one.
+    Not reset by a mapped run: two configurations refusing each other's archive map it in
+    turns."""
+    marker = _refused(final)
+    try:
+        if time.time() - marker.stat().st_mtime >= UNUSED_FOR_S:
+            return 0
+        return int(marker.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def given_up(final: Path) -> bool:
+    """Evicted :data:`GIVE_UP_AFTER` times (:func:`_evictions`): not written again until
+    :data:`UNUSED_FOR_S` after the last eviction."""
+    return _evictions(final) >= GIVE_UP_AFTER
+
+
+def archive_for(conf: Mapping[str, str], spark_binary: str) -> Path | None:
+    """The archive a client-mode driver with ``conf`` maps (whether or not it exists yet),
+    or None where none applies."""
+    return _archive_for(conf, spark_binary)[0]
+
+
 def runs_until_mapped(conf: Mapping[str, str], spark_binary: str) -> int:
     """How many runs from now the driver is first started from its archive: 0 (it is, or no
-    archive applies), 1 (the next run writes it) or 2 (the next one finds no trace yet)."""
+    archive applies), 1 (the next run writes it) or 2 (the next one finds no trace yet, or
+    evicts a bad archive; or later, after repeated evictions)."""
     final, _ = _archive_for(conf, spark_binary)
-    if final is None or final.is_file():
+    if final is None:
         return 0
-    return 1 if _seen(final).is_file() else 2
+    if final.is_file():
+        return 0 if intact(final) else 2
+    return 1 if _seen(final).is_file() and not given_up(final) else 2
+
+
+def _log_path(final: Path) -> Path | None:
+    """Where the mapping run's driver logs its class loads; None where -Xlog could not
+    take the path (the run is then not judged)."""
+    path = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.log.tmp"
+    return None if _LOG_PATH_UNSAFE & set(str(path)) else path
 
 
 @contextmanager
@@ -196,9 +388,10 @@ def driver_archive(
     deploy_mode: str | None = None,
     properties_file: str | None = None,
 ) -> Iterator[DriverArchive]:
-    """``conf`` with the driver's archive options: map the archive when it exists; else, if
-    an earlier run left its trace (the cache outlives a run), write it as the driver exits;
-    else leave the trace and add nothing. What a run wrote and did not publish is removed.
+    """``conf`` with the driver's archive options: map the archive when it exists and is
+    intact; else, if an earlier run left its trace (the cache outlives a run), write it as
+    the driver exits; else leave the trace and add nothing. What a run wrote and did not
+    publish is removed; an archive not intact is evicted and this run adds nothing.
 
     Why the trace: writing costs its run about 16 s once (docs/performance-startup.md). A
     worker whose cache is gone after each task (a Kubernetes pod) would pay it every time
@@ -209,41 +402,67 @@ def driver_archive(
     """
     out = dict(conf)
     final, options = _archive_for(conf, spark_binary, deploy_mode, properties_file)
-    if final is None:
-        yield DriverArchive(out, None, None)
-        return
-    writing: Path | None = None
-    if final.is_file():
-        os.utime(final)  # its last use, for pruning
-        first = f"-XX:SharedArchiveFile={final}"
-    elif _seen(final).is_file():
-        writing = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
-        first = f"-XX:ArchiveClassesAtExit={writing}"
-    else:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        _seen(final).touch()
-        yield DriverArchive(out, None, None)
-        return
-    # Ours first: the user's own -Xlog options, after them, still apply.
-    out[DRIVER_OPTIONS] = " ".join([_quoted(first), *_LOGGING, options]).strip()
     try:
-        yield DriverArchive(out, writing, final)
+        plan = _plan(final) if final is not None else None
+    except OSError as exc:  # an unwritable cache: the run goes on without an archive
+        log.warning("driver class archive left out: %s", exc)
+        plan = None
+    if plan is None:
+        yield DriverArchive(out)
+        return
+    first, writing, mapping = plan
+    # Ours first: the user's own -Xlog options, after them, still apply.
+    ours = [*first, *_LOGGING, *(mapping.log_options() if mapping else [])]
+    out[DRIVER_OPTIONS] = " ".join([*map(_quoted, ours), options]).strip()
+    try:
+        yield DriverArchive(out, writing, final, mapping)
     finally:
         if writing is not None:
             writing.unlink(missing_ok=True)
+        if mapping is not None:
+            mapping.close()
+
+
+def _plan(final: Path) -> tuple[list[str], Path | None, _Mapping | None] | None:
+    """(this run's archive options, the archive it writes, the archive it maps), or None
+    when it adds nothing (it leaves the trace, evicts a bad archive, or has given up)."""
+    if final.is_file() and not intact(final):
+        evict(final)
+        return None
+    if final.is_file():
+        mapping = _Mapping(final, _log_path(final))
+        return mapping.options(), None, mapping
+    if _seen(final).is_file():
+        if given_up(final):
+            return None
+        writing = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
+        return [f"-XX:ArchiveClassesAtExit={writing}"], writing, None
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _seen(final).touch()
+    return None
 
 
 def _prune(directory: Path, keep: Path) -> None:
     """Remove archives unused for :data:`UNUSED_FOR_S` (an upgraded JDK or Spark leaves its
-    old archive behind; each is some 180 MB)."""
+    old archive behind; each is some 180 MB), with their records."""
     now = time.time()
     # A run killed while it wrote leaves its temporary file (a day is longer than any run).
     stale = [(p, now - UNUSED_FOR_S) for p in directory.glob("spark-driver-*.jsa")]
     stale += [(p, now - 24 * 3600) for p in directory.glob(".spark-driver-*.tmp")]
     stale += [(p, now - UNUSED_FOR_S) for p in directory.glob(".spark-driver-*.seen")]
+    stale += [(p, now - UNUSED_FOR_S) for p in directory.glob(".spark-driver-*.refused")]
     for path, cutoff in stale:
         try:
             if path != keep and path.stat().st_mtime < cutoff:
                 path.unlink()
+        except OSError:
+            pass
+    # A record outlives its archive only when the archive was removed (a day: a record is
+    # written just before its archive is renamed into place).
+    for record in directory.glob(".spark-driver-*.size"):
+        archive = record.with_name(f"{record.stem.removeprefix('.')}.jsa")
+        try:
+            if not archive.exists() and record.stat().st_mtime < now - 24 * 3600:
+                record.unlink()
         except OSError:
             pass

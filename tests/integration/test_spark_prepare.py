@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -27,19 +28,22 @@ from pyspark.sql import functions as F
 
 from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
 from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
-from airflow_provider_kafka2pc.spark import prepare_dataframe
+from airflow_provider_kafka2pc.spark import class_sharing, prepare_dataframe
 from airflow_provider_kafka2pc.spark.alignment import (
     KEY_HASH_FUNCTION,
     Alignment,
     proxies,
     register_key_hash,
 )
+from airflow_provider_kafka2pc.spark.class_sharing import driver_archive
+from airflow_provider_kafka2pc.spark.job import spark_submit_binary
 from airflow_provider_kafka2pc.spark.jvm_writer import (
     FAULT_PROPERTY,
     ensure_on_classpath,
     jvm_write,
     producer_settings,
 )
+from airflow_provider_kafka2pc.spark.maven import java_binary
 from airflow_provider_kafka2pc.spark.prepare import Repair
 from airflow_provider_kafka2pc.spark.prepare import _check_topic as check_topic
 from airflow_provider_kafka2pc.transaction.committable import Committable
@@ -580,6 +584,136 @@ def test_the_driver_maps_the_class_archive_an_earlier_run_wrote(
     # Spark's driver classes (Spark's own and Scala's among them) come mapped.
     assert mapped[2] > 5_000, mapped
     assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded_from[2]
+
+
+def prepare_and_commit(bootstrap, protocol, make_topic, tmp_path: Path, run: str, rows: int):
+    """One spark-submit of the prepare of ``rows`` rows (the driver logging its class loads)
+    and the commit, checked exactly once: (the spark-submit's stderr, the class-load log)."""
+    source_path = tmp_path / "source.parquet"
+    if not source_path.exists():
+        write_parquet(source_path, rows)
+    topic, manifest = make_topic(2), tmp_path / f"{run}.json"
+    classes, log = tmp_path / f"{run}-classes.log", tmp_path / f"{run}.log"
+    done = spark_submit_prepare(
+        [
+            *("--source-path", str(source_path), "--topic", topic, "--key-column", "id"),
+            *("--transactional-ids", ",".join(ids(2)), "--bootstrap-servers", bootstrap),
+            *("--manifest", str(manifest), "--writer", "jvm"),
+        ],
+        conf={"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={classes}"},
+        log_path=log,
+    )
+    stderr = log.read_text()
+    assert done.returncode == 0, stderr[-3000:]
+    assert "A fatal error has been detected" not in done.stdout + stderr
+    assert last_json(done.stdout)["source_rows"] == rows
+    batch = Manifest.from_json(manifest.read_text())
+    committed = cli("commit", "-b", bootstrap, str(manifest))
+    assert committed.returncode == 0, committed.stdout + committed.stderr
+    assert_rows_once(protocol, bootstrap, topic, batch, rows, aborted=0)
+    return stderr, classes.read_text()
+
+
+def foreign_archive(path: Path) -> None:
+    """A dynamic archive another class path wrote: a JVM that ran Spark's launcher jar alone
+    (half a second, where the driver's own costs a run 16 s). It runs the launcher's main
+    class (which exits on its missing arguments): an archive of JDK classes only records no
+    class path, and any driver maps it."""
+    (launcher,) = class_sharing.spark_jars(spark_submit_binary()).glob("spark-launcher_*.jar")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            *(java_binary(), f"-XX:ArchiveClassesAtExit={path}", "-Xlog:disable"),
+            *("-cp", str(launcher), "org.apache.spark.launcher.Main"),
+        ],
+        capture_output=True,
+    )
+    assert path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("bad", ["other class path", "other runtime build", "truncated"])
+def test_a_bad_driver_archive_never_fails_the_prepare_and_is_evicted(
+    bootstrap, protocol, make_topic, tmp_path, monkeypatch, bad
+):
+    """spark/class_sharing.py fails safe with a real spark-submit: an archive of another
+    class path or another build of the JVM (which JDK 17 refuses, the latter without a
+    word), or one shorter than published (on which JDK 17 dies of SIGBUS: it is never
+    handed over), leaves the prepare exact, and is gone for the next run to write afresh."""
+    monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(tmp_path / "cache"))
+    final = class_sharing.archive_for({}, spark_submit_binary())
+    assert final is not None
+    foreign_archive(final)
+    if bad == "other runtime build":
+        data = final.read_bytes()
+        ident = data.find(b"OpenJDK 64-Bit Server VM (") + len("OpenJDK 64-Bit Server VM (")
+        assert ident > 100, "no JVM ident in the archive's header"
+        final.write_bytes(data[:ident] + b"0" + data[ident + 1 :])  # "17.0..." to "07.0..."
+    class_sharing.record_size(final, final.stat().st_size)
+    if bad == "truncated":
+        final.write_bytes(final.read_bytes()[: final.stat().st_size // 2])
+    assert class_sharing.runs_until_mapped({}, spark_submit_binary()) == (
+        2 if bad == "truncated" else 0
+    )
+
+    _, classes = prepare_and_commit(bootstrap, protocol, make_topic, tmp_path, "bad", 200)
+
+    assert "source: shared objects file (top)" not in classes
+    assert "java.lang.Object source: shared objects file" in classes  # the JDK's own
+    assert not final.exists()
+    assert class_sharing.runs_until_mapped({}, spark_submit_binary()) == 1
+
+
+def test_a_damaged_driver_archive_is_refused_by_its_checksums_and_evicted(
+    bootstrap, protocol, make_topic, tmp_path, monkeypatch
+):
+    """An archive of the driver's class path, damaged inside (the size it was published
+    with): JDK 17 maps damaged classes, or crashes on them; with -XX:+VerifySharedSpaces it
+    refuses it, the prepare stays exact, and the archive is evicted."""
+    monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(tmp_path / "cache"))
+    binary = spark_submit_binary()
+    with driver_archive({}, binary):
+        pass  # the first run's trace: the next one writes
+    # Written by a driver JVM that only prints Spark's version (9 s, where a prepare that
+    # writes takes a minute here): the same class path, fewer classes.
+    with driver_archive({}, binary) as archive:
+        options = archive.conf[class_sharing.DRIVER_OPTIONS]
+        assert "-XX:ArchiveClassesAtExit=" in options
+        subprocess.run(
+            [binary, "--conf", f"{class_sharing.DRIVER_OPTIONS}={options}", "--version"],
+            check=True,
+            capture_output=True,
+        )
+        archive.publish()
+    final = class_sharing.archive_for({}, binary)
+    assert final is not None and final.is_file()
+    # Undamaged, a driver maps it (so what refuses it below is the damage), and that run
+    # counts as its use.
+    weeks_ago = time.time() - class_sharing.UNUSED_FOR_S
+    os.utime(final, (weeks_ago, weeks_ago))
+    with driver_archive({}, binary) as archive:
+        options = archive.conf[class_sharing.DRIVER_OPTIONS]
+        assert "-XX:SharedArchiveFile=" in options
+        subprocess.run(
+            [binary, "--conf", f"{class_sharing.DRIVER_OPTIONS}={options}", "--version"],
+            check=True,
+            capture_output=True,
+        )
+        archive.publish()
+    assert final.stat().st_mtime > weeks_ago + 3600
+    size = final.stat().st_size
+    with final.open("r+b") as damaged:  # 64 KiB flipped in the middle, the size kept
+        damaged.seek(size // 2)
+        flipped = bytes(b ^ 0xFF for b in damaged.read(65536))
+        damaged.seek(size // 2)
+        damaged.write(flipped)
+    assert final.stat().st_size == size
+
+    stderr, classes = prepare_and_commit(bootstrap, protocol, make_topic, tmp_path, "map", 200)
+
+    assert "Unable to use shared archive" in stderr
+    assert "source: shared objects file (top)" not in classes
+    assert not final.exists()
+    assert class_sharing.runs_until_mapped({}, binary) == 1
 
 
 def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
