@@ -87,7 +87,8 @@ def _run(command: list[str]) -> None:
 
 
 def run_harness(scenario: dict[str, Any], timeout_s: float = 120) -> dict[str, Any]:
-    """Run :data:`HARNESS` on ``scenario`` (its JSON input) in a JVM of its own; its answer."""
+    """Run :data:`HARNESS` on ``scenario`` (its JSON input) in a JVM of its own: its answer,
+    and under ``stderr`` what the JVM logged (the writer's own lines among them)."""
     classpath = os.pathsep.join(
         [PROJECT_JAR, str(jvm_test_jar()), str(kafka_clients_jar()), f"{SPARK_JARS}/*"]
     )
@@ -100,4 +101,4 @@ def run_harness(scenario: dict[str, Any], timeout_s: float = 120) -> dict[str, A
     )
     if done.returncode != 0:
         raise RuntimeError(f"{HARNESS} exited with {done.returncode}: {done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}

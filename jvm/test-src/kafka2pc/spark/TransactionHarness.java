@@ -26,7 +26,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  * sent as UTF-8; null or absent: none), and {@code end}: {@code prepare} (what
  * {@link PartitionWriter} does) or {@code abort} (the rows sent, then the DataSource task's
  * abort). Out (stdout, one JSON object): {@code prepared} (the driver's result row), or
- * {@code failed} (the message the task would throw), or {@code aborted}.
+ * {@code failed} (the message the task would throw), or {@code aborted}. The product's own
+ * log lines (what it aborted) go to stderr, as in an executor.
  */
 public final class TransactionHarness {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -59,9 +60,14 @@ public final class TransactionHarness {
         PrepareSpec spec = new PrepareSpec(new ArrayList<>(s.topics), new ArrayList<>(s.ids),
                 new HashMap<>(s.settings), s.transaction_timeout_ms,
                 new ArrayList<>(s.header_names), null, schema, null);
-        PartitionTransaction transaction =
-                new PartitionTransaction(spec, s.partition, s.attempt, s.hook);
         Map<String, Object> out = new HashMap<>();
+        PartitionTransaction transaction;
+        try {
+            transaction = new PartitionTransaction(spec, s.partition, s.attempt, s.hook);
+        } catch (IllegalArgumentException unloadable) { // the task fails, nothing opened
+            out.put("failed", unloadable.getMessage());
+            return out;
+        }
         try {
             for (Map<String, Object> row : s.rows) {
                 transaction.send(row(s, row));
