@@ -33,9 +33,18 @@ from airflow_provider_kafka2pc.spark import PROJECT_JAR
 from airflow_provider_kafka2pc.spark.jvm_writer import HOOK_PROPERTY, kafka_clients_jar
 from airflow_provider_kafka2pc.spark.maven import cache_root, java_binary
 
-__all__ = ["FAULT_HOOK", "HARNESS", "HOOK_PROPERTY", "fault_hook", "jvm_test_jar", "run_harness"]
+__all__ = [
+    "FAULT_HOOK",
+    "HARNESS",
+    "HOOK_PROPERTY",
+    "fault_hook",
+    "jvm_test_jar",
+    "not_product_classes",
+    "run_harness",
+]
 
-SOURCES = Path(__file__).resolve().parents[2] / "jvm" / "test-src"
+JVM = Path(__file__).resolve().parents[2] / "jvm"
+SOURCES = JVM / "test-src"
 FAULT_HOOK = "kafka2pc.faults.Fault"
 HARNESS = "kafka2pc.spark.TransactionHarness"
 SPARK_JARS = Path(pyspark.__file__).parent / "jars"
@@ -45,6 +54,20 @@ def fault_hook(fault: str) -> str:
     """The hook property's value for :data:`FAULT_HOOK` with ``fault``
     (``partition,rows,attempts,die|fail|halt[,marker]``)."""
     return f"{FAULT_HOOK}:{fault}"
+
+
+def not_product_classes(names: list[str]) -> list[str]:
+    """The class files among a jar's entry ``names`` that no ``jvm/src`` source compiles to
+    (a test class, a stale class): each ``a/b/C.class`` or ``a/b/C$Inner.class`` must come
+    from ``jvm/src/a/b/C.java``, and no test source may share its name."""
+    product = {p.relative_to(JVM / "src").with_suffix("").as_posix() for p in _java("src")}
+    tests = {p.relative_to(SOURCES).with_suffix("").as_posix() for p in _java("test-src")}
+    outer = {n: n.removesuffix(".class").split("$")[0] for n in names if n.endswith(".class")}
+    return sorted(n for n, top in outer.items() if top not in product or top in tests)
+
+
+def _java(root: str) -> list[Path]:
+    return sorted((JVM / root).rglob("*.java"))
 
 
 def jvm_test_jar() -> Path:
