@@ -70,8 +70,9 @@ def _once(fault_dir: str, point: str) -> bool:
 def spark_dies(fault_dir: str, kind: str, partition: int) -> type:
     """The prepare submits :mod:`tests.faults.spark_fault_app` instead of the packaged
     application; it dies at ``partition`` (``worker``: the task; ``driver``: the job).
-    The tests' jar (the JVM writer's fault hook) goes in ``spark.jars``, after the
-    product's: loaded by the same class loader, or a child of it."""
+    Unless the job runs the Python writer, the tests' jar (the JVM writer's fault hook)
+    goes in ``spark.jars``, after the product's: loaded by the same class loader, or a
+    child of it."""
     marker = str(Path(fault_dir) / f"spark-{kind}.killed")
 
     fault = ["--fault", kind, "--fault-partition", str(partition), "--fault-marker", marker]
@@ -83,7 +84,8 @@ def spark_dies(fault_dir: str, kind: str, partition: int) -> type:
             hook = super().spark_hook(job, kafka)
             hook.application = FAULT_APP
             build = hook.submit_hook
-            hook.submit_hook = lambda args, conf: build([*fault, "--", *args], with_test_jar(conf))
+            jar = with_test_jar if job.writer != "python" else dict  # the JVM writer's fault
+            hook.submit_hook = lambda args, conf: build([*fault, "--", *args], jar(conf))
             return hook
 
     return SparkDiesPrepare
