@@ -63,9 +63,11 @@ log = logging.getLogger(__name__)
 KAFKA_CLIENTS_VERSION = "4.4.0"
 KAFKA_CLIENTS = f"org.apache.kafka:kafka-clients:{KAFKA_CLIENTS_VERSION}"
 WRITER_CLASS = "kafka2pc.spark.JvmWriter"
-#: Test-only: the task local property the JVM writer reads its injected fault from
-#: (``partition,rows,attempts,die|fail``; see ``jvm/src/kafka2pc/spark/Fault.java``).
-FAULT_PROPERTY = "kafka2pc.test.fault"
+#: The task local property (on Spark Connect: the session setting) naming the JVM writer's
+#: extension point, ``class[:argument]``: a ``kafka2pc.spark.WriterHook`` on the session's
+#: class path, called after each record sent (``jvm/src/kafka2pc/spark/WriterHook.java``).
+#: Unset, as in production, nothing is loaded; the tests' fault hook is in a jar of their own.
+HOOK_PROPERTY = "kafka2pc.writer.hook"
 
 
 def jvm_write(

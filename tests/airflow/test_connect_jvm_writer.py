@@ -21,20 +21,22 @@ from airflow_provider_kafka2pc.errors import Kafka2pcError
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.spark.alignment import JAR
 from airflow_provider_kafka2pc.spark.connect import remote_session
-from airflow_provider_kafka2pc.spark.jvm_writer import FAULT_PROPERTY, kafka_clients_jar
+from airflow_provider_kafka2pc.spark.jvm_writer import HOOK_PROPERTY, kafka_clients_jar
 from airflow_provider_kafka2pc.spark.remote import prepare_remote_argv
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from tests.airflow.test_export_connect import ui_pages
 from tests.conftest import assert_exactly_once, audit, unique_id
 from tests.support.connect import ConnectServer, connect_server
+from tests.support.jvm_test_jar import fault_hook, jvm_test_jar
 
 ROWS = 400
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    jars = [JAR, kafka_clients_jar()]
+    # The tests' jar too: its fault hook (the product jar has none).
+    jars = [JAR, kafka_clients_jar(), jvm_test_jar()]
     with connect_server(tmp_path_factory.mktemp("connect-jvm"), jars=jars) as running:
         yield running
 
@@ -108,7 +110,7 @@ def test_a_task_failing_mid_write_fails_the_prepare_and_leaves_nothing_open(
     source = routed_rows(tmp_path / "rows.json", topics)
     with remote_session(server.url, "connect-jvm-fault") as spark:
         # Partition 1 fails after 20 rows in every attempt (the writer's own error path).
-        spark.conf.set(FAULT_PROPERTY, "1,20,-1,fail")
+        spark.conf.set(HOOK_PROPERTY, fault_hook("1,20,-1,fail"))
         with pytest.raises(Kafka2pcError, match="open transactions"):
             prepare_remote_argv(spark, argv(source, manifest, ids, topics), settings)
     assert not manifest.exists()

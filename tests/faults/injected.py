@@ -69,7 +69,10 @@ def _once(fault_dir: str, point: str) -> bool:
 
 def spark_dies(fault_dir: str, kind: str, partition: int) -> type:
     """The prepare submits :mod:`tests.faults.spark_fault_app` instead of the packaged
-    application; it dies at ``partition`` (``worker``: the task; ``driver``: the job)."""
+    application; it dies at ``partition`` (``worker``: the task; ``driver``: the job).
+    Unless the job runs the Python writer, the tests' jar (the JVM writer's fault hook)
+    goes in ``spark.jars``, after the product's: loaded by the same class loader, or a
+    child of it."""
     marker = str(Path(fault_dir) / f"spark-{kind}.killed")
 
     fault = ["--fault", kind, "--fault-partition", str(partition), "--fault-marker", marker]
@@ -81,10 +84,19 @@ def spark_dies(fault_dir: str, kind: str, partition: int) -> type:
             hook = super().spark_hook(job, kafka)
             hook.application = FAULT_APP
             build = hook.submit_hook
-            hook.submit_hook = lambda args, conf: build([*fault, "--", *args], conf)
+            jar = with_test_jar if job.writer != "python" else dict  # the JVM writer's fault
+            hook.submit_hook = lambda args, conf: build([*fault, "--", *args], jar(conf))
             return hook
 
     return SparkDiesPrepare
+
+
+def with_test_jar(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with the tests' jar last in ``spark.jars``."""
+    from tests.support.jvm_test_jar import jvm_test_jar  # imports pyspark: only here
+
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+    return {**conf, "spark.jars": ",".join([*jars, str(jvm_test_jar())])}
 
 
 # -- the Airflow task process killed ------------------------------------------------------

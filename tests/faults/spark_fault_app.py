@@ -20,8 +20,10 @@ The fault fires once: when ``FILE`` exists nothing dies. Kept free of the ``test
 package: its functions are pickled by value to the Python workers.
 
 Under the JVM writer (``--writer jvm`` or ``auto``, which is the JVM one on spark-submit)
-no Python worker writes: the writer's own test fault (``kafka2pc.test.fault``, a task
-local property read by ``jvm/src/kafka2pc/spark/Fault.java``) fires after
+no Python worker writes: the tests' fault hook (:data:`JVM_FAULT_HOOK`, from the tests'
+own jar, ``jvm/test-src/kafka2pc/faults/Fault.java``, which the prepare's ``spark.jars``
+carries: :func:`tests.faults.injected.spark_dies`), named in the writer's hook property (a
+task local property), fires after
 :data:`JVM_FAULT_ROWS` rows of partition ``P`` are flushed into the log, writes ``FILE``
 and then ``driver``: halts the JVM (``Runtime.halt``: no hook, no close, as SIGKILL);
 ``worker``: ends the task as a dead one (its producer closed without an abort; the task
@@ -75,6 +77,9 @@ def die_at(kind: str, fault_partition: int, marker: str, partition: int, attempt
 #: Rows partition ``P`` sends under the JVM writer before its fault fires (of about 100).
 JVM_FAULT_ROWS = 10
 _JVM_MODES = {"worker": "die", "driver": "halt"}
+#: The tests' ``WriterHook`` (tests/support/jvm_test_jar.py's ``FAULT_HOOK``; named here, not
+#: imported: this application stays free of the ``tests`` package).
+JVM_FAULT_HOOK = "kafka2pc.faults.Fault"
 
 
 def _jvm_writer(argv: list[str]) -> bool:
@@ -84,12 +89,12 @@ def _jvm_writer(argv: list[str]) -> bool:
 
 
 def with_jvm_fault(prepare_dataframe, fault: str):
-    """``prepare_dataframe`` with the JVM writer's fault set on the session's tasks."""
-    from airflow_provider_kafka2pc.spark.jvm_writer import FAULT_PROPERTY
+    """``prepare_dataframe`` with the tests' fault hook named on the session's tasks."""
+    from airflow_provider_kafka2pc.spark.jvm_writer import HOOK_PROPERTY
 
     @functools.wraps(prepare_dataframe)
     def prepare(df, *args, **kwargs):
-        df.sparkSession.sparkContext.setLocalProperty(FAULT_PROPERTY, fault)
+        df.sparkSession.sparkContext.setLocalProperty(HOOK_PROPERTY, f"{JVM_FAULT_HOOK}:{fault}")
         return prepare_dataframe(df, *args, **kwargs)
 
     return prepare

@@ -8,8 +8,8 @@ every transaction the dead job opened is aborted, nothing is left open for a
 read_committed consumer to stall on. Then the interval is run again and committed once.
 
 Both cases run under both writers (:data:`~tests.faults.conftest.BOTH_WRITERS`): the
-Python writer's worker or the JVM is SIGKILLed from the ``on_batch`` hook; the JVM
-writer's own test fault halts the JVM, or ends the task as a dead one
+Python writer's worker or the JVM is SIGKILLed from the ``on_batch`` hook; under the JVM
+writer the tests' fault hook (from the tests' jar) halts the JVM, or ends the task as a dead one
 (:mod:`tests.faults.spark_fault_app`).
 """
 

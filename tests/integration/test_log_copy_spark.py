@@ -4,11 +4,14 @@ Each writer (confluent-kafka in Python workers with zstd, Kafka's Java producer 
 executors with lz4) prepares a parquet source; the verdict is COMMIT; the broker aborts
 two participants by their (short) timeout; the parquet files are DELETED; the commit,
 given a log copy and a re-prepare that fails the test if called, commits every row exactly
-once, and the committed records are those the source gave (keys, values, headers).
+once, and the committed records are those the source gave: each key once, with its value
+(the row as JSON, as the prepare encodes it) and its header; and the repaired participants'
+records are the lost ones, field by field (partition, order, key, value, headers, CreateTime).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
@@ -26,7 +29,7 @@ from airflow_provider_kafka2pc.transaction.log_copy import LogCopy
 from tests.conftest import assert_exactly_once, unique_id
 from tests.support.spark import local_session
 
-from .test_log_copy_repair import never, wait_aborted_by_broker
+from .test_log_copy_repair import never, records_in, wait_aborted_by_broker
 
 ROWS = 4_000
 #: Long enough for the prepare of every partition, short enough to wait out.
@@ -72,6 +75,7 @@ def test_a_lost_participant_is_repaired_from_the_log_with_the_source_deleted(
         assert {r.outcome.value for r in controller.commit_all(kept)} == {"COMMITTED"}
         lost = [manifest.committables[1], manifest.committables[2]]
         wait_aborted_by_broker(protocol, [c.transactional_id for c in lost], 60)
+        originals = [records_in(bootstrap, c, "read_uncommitted") for c in lost]
         shutil.rmtree(source)  # the source is gone: only the log can give the rows back
 
         started = time.monotonic()
@@ -87,3 +91,14 @@ def test_a_lost_participant_is_repaired_from_the_log_with_the_source_deleted(
         protocol, bootstrap, topic, *lost, *final, committed=ROWS, aborted=lost_rows
     )
     assert sorted(k.decode() for k in seen.keys) == [r["id"] for r in rows]
+    # The copies hold the lost records themselves, in their partitions and order.
+    repaired = [c for c in final if c.transactional_id in {x.transactional_id for x in lost}]
+    assert [records_in(bootstrap, c, "read_committed") for c in repaired] == originals
+    # Every committed record is its source row: key, value (the row as JSON), header.
+    committed = sorted(
+        (key.decode(), json.loads(value), headers)
+        for c in final
+        for records in records_in(bootstrap, c, "read_committed").values()
+        for key, value, headers, _ in records
+    )
+    assert committed == [(r["id"], r, [("region", r["region"].encode())]) for r in rows]

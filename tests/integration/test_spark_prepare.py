@@ -38,7 +38,7 @@ from airflow_provider_kafka2pc.spark.alignment import (
 from airflow_provider_kafka2pc.spark.class_sharing import driver_archive
 from airflow_provider_kafka2pc.spark.job import spark_submit_binary
 from airflow_provider_kafka2pc.spark.jvm_writer import (
-    FAULT_PROPERTY,
+    HOOK_PROPERTY,
     ensure_on_classpath,
     jvm_write,
     producer_settings,
@@ -53,6 +53,7 @@ from airflow_provider_kafka2pc.transaction.native_writer import partition_for_ke
 from devtools.broker import DEFAULT_KAFKA_VERSION
 from devtools.spark_submit import submit_prepare as spark_submit_prepare
 from tests.conftest import assert_exactly_once, audit, cli, unique_id
+from tests.support.jvm_test_jar import fault_hook, jvm_test_jar
 from tests.support.spark import PYTHON_ENV, QUIET_CONF, standalone_cluster
 
 ROWS = 20_000
@@ -85,12 +86,14 @@ def source(spark: SparkSession, rows: int = ROWS):
 
 @contextmanager
 def jvm_fault(spark: SparkSession, fault: str):
-    """The JVM writer's fault hook (test only): ``partition,rows,attempts,die|fail``."""
-    spark.sparkContext.setLocalProperty(FAULT_PROPERTY, fault)
+    """The tests' fault hook on the JVM writer (``partition,rows,attempts,die|fail``),
+    from the tests' own jar, added to the session (the product jar has no fault)."""
+    spark.sql(f"ADD JAR '{jvm_test_jar()}'")
+    spark.sparkContext.setLocalProperty(HOOK_PROPERTY, fault_hook(fault))
     try:
         yield
     finally:
-        spark.sparkContext.setLocalProperty(FAULT_PROPERTY, None)
+        spark.sparkContext.setLocalProperty(HOOK_PROPERTY, None)
 
 
 def commit_all(protocol, batch: Manifest) -> list[Outcome]:

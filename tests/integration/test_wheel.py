@@ -13,6 +13,7 @@ A test rather than a CI step: ``make test`` runs it on every machine, with pytes
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -21,6 +22,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.support.jvm_test_jar import not_product_classes
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "airflow_provider_kafka2pc"
@@ -107,6 +110,18 @@ def test_the_wheel_holds_the_provider_and_its_data(names: list[str]) -> None:
     assert templates and all(n.endswith(".html") for n in templates)
     migrations = [n for n in names if n.startswith(f"{PACKAGE}/ledger/migrations/versions/0")]
     assert len(migrations) >= 4
+
+
+def test_the_wheels_jar_holds_no_test_classes(wheel: Path) -> None:
+    """The jar users get is the product: no fault hook, no harness (the tests' own jar
+    holds them), every class from a jvm/src source."""
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = archive.read(f"{PACKAGE}/spark/jars/kafka2pc-spark.jar")
+    with zipfile.ZipFile(io.BytesIO(shipped)) as jar:
+        names = jar.namelist()
+    assert "kafka2pc/spark/JvmWriter.class" in names
+    assert not_product_classes(names) == []
+    assert [n for n in names if "Fault" in n or "Harness" in n] == []
 
 
 def test_the_wheel_declares_the_provider_and_the_user_command(wheel: Path) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_kafka2pc.spark import PROJECT_JAR
 from airflow_provider_kafka2pc.spark.job import with_project_jar
+from tests.support.jvm_test_jar import not_product_classes
 
 
 def test_the_jar_is_added_when_no_jars_are_given():
@@ -37,3 +39,13 @@ def test_the_jvm_writer_and_auto_use_the_users_kafka_client(writer):
 
 def test_the_jar_is_in_the_package():
     assert Path(PROJECT_JAR).is_file()
+
+
+def test_the_jar_holds_the_products_classes_only():
+    """No test gear ships: the fault hook and the harness are in the tests' jar
+    (jvm/test-src), and every class here comes from a jvm/src source."""
+    with zipfile.ZipFile(PROJECT_JAR) as jar:
+        names = jar.namelist()
+    assert "kafka2pc/spark/WriterHook.class" in names
+    assert not_product_classes(names) == []
+    assert [n for n in names if "Fault" in n or "Harness" in n] == []

@@ -28,7 +28,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  * every row is sent; {@link #prepare()} flushes (any failed send fails the task), takes the
  * producer id and epoch from the broker (DescribeTransactions, state Ongoing), never from
  * the producer's internals, and leaves the transaction open with {@code close(Duration.ZERO)},
- * which skips the abort a graceful close makes. {@link #failed} aborts.
+ * which skips the abort a graceful close makes. {@link #failed} aborts. A {@link WriterHook},
+ * when one is named, is called after each record sent.
  */
 final class PartitionTransaction {
     static final String KEY = "__kafka2pc_key";
@@ -45,19 +46,20 @@ final class PartitionTransaction {
     private final int attempt;
     private final String tid;
     private final long start = System.currentTimeMillis();
-    private final Fault fault;
+    private final WriterHook hook;
     private State state = State.IDLE;
     private Producer<byte[], byte[]> producer;
     private Deliveries deliveries;
     private Columns columns;
     private long sent;
 
-    PartitionTransaction(PrepareSpec spec, int partition, int attempt, String faultText) {
+    /** @param hookText the {@link WriterHook} ({@code class[:argument]}); null or empty: none */
+    PartitionTransaction(PrepareSpec spec, int partition, int attempt, String hookText) {
         this.spec = spec;
         this.partition = partition;
         this.attempt = attempt;
         this.tid = spec.ids.get(partition);
-        this.fault = Fault.parse(faultText);
+        this.hook = hook(hookText);
     }
 
     /** Sends one row (read whole before the next: Spark may reuse one row object). */
@@ -68,8 +70,8 @@ final class PartitionTransaction {
         deliveries.raiseFirstError();
         producer.send(columns.record(row), deliveries);
         sent++;
-        if (fault != null) {
-            fault.check(partition, attempt, sent, producer);
+        if (hook != null) {
+            hook.afterSend(partition, attempt, sent, producer);
         }
     }
 
@@ -98,20 +100,14 @@ final class PartitionTransaction {
     }
 
     /**
-     * Ends a failed write: aborts the open transaction (an injected "died" fault leaves it
-     * open, as a dead executor would); the task's error to throw. Thrown as a plain JDK
-     * exception: the driver deserialises a task's failure with a class loader that may lack
-     * kafka-clients (added with ADD JAR), and would then report only "UnknownReason".
+     * Ends a failed write: aborts the open transaction (a producer closed already, as a
+     * hook playing a dead executor leaves it, refuses: the transaction is left to be
+     * fenced); the task's error to throw. Thrown as a plain JDK exception: the driver
+     * deserialises a task's failure with a class loader that may lack kafka-clients (added
+     * with ADD JAR), and would then report only "UnknownReason".
      */
     RuntimeException failed(Throwable failure) {
         if (failure instanceof CannotCreate) { // nothing opened: nothing to abort
-            return new IllegalStateException(failure.getMessage());
-        }
-        if (failure instanceof Fault.Died) {
-            if (producer != null) {
-                producer.close(Duration.ZERO);
-            }
-            state = State.ENDED;
             return new IllegalStateException(failure.getMessage());
         }
         abort(failure);
@@ -156,6 +152,30 @@ final class PartitionTransaction {
         producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
         producer.beginTransaction();
         columns = new Columns(spec.schema, spec.headerNames, spec.topics);
+    }
+
+    /**
+     * The {@link WriterHook} {@code text} names, loaded by the task's class loader (which
+     * sees the jars the session added); null when none is named.
+     */
+    static WriterHook hook(String text) {
+        if (text == null || text.isEmpty()) {
+            return null;
+        }
+        int colon = text.indexOf(':');
+        String name = colon < 0 ? text : text.substring(0, colon);
+        String argument = colon < 0 ? "" : text.substring(colon + 1);
+        ClassLoader loader = Thread.currentThread().getContextClassLoader();
+        try {
+            Class<?> named = Class.forName(name, true,
+                    loader != null ? loader : PartitionTransaction.class.getClassLoader());
+            return named.asSubclass(WriterHook.class).getConstructor(String.class)
+                    .newInstance(argument);
+        } catch (ReflectiveOperationException | ClassCastException | LinkageError exc) {
+            throw new IllegalArgumentException("kafka2pc: " + WriterHook.PROPERTY + " names "
+                    + name + ", which is no loadable " + WriterHook.class.getName()
+                    + " with a (String) constructor: " + causes(exc));
+        }
     }
 
     /** The failure and its causes as one line. */

@@ -37,9 +37,9 @@ final class PartitionWriter implements FlatMapFunction<Iterator<InternalRow>, Ro
         if (!spec.writes(partition)) {
             return Collections.emptyIterator(); // a repair: not even an InitProducerId
         }
-        String fault = spec.fault != null ? spec.fault : context.getLocalProperty(Fault.PROPERTY);
+        String hook = spec.hook != null ? spec.hook : context.getLocalProperty(WriterHook.PROPERTY);
         PartitionTransaction transaction =
-                new PartitionTransaction(spec, partition, context.attemptNumber(), fault);
+                new PartitionTransaction(spec, partition, context.attemptNumber(), hook);
         try {
             while (rows.hasNext()) {
                 transaction.send(rows.next());

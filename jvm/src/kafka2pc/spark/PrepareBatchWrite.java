@@ -112,7 +112,7 @@ final class PrepareBatchWrite implements BatchWrite {
             throw new IllegalArgumentException("kafka2pc: the session setting " + settingsConf
                     + " holds no producer settings");
         }
-        String fault = conf.get(Fault.PROPERTY, "");
+        String hook = conf.get(WriterHook.PROPERTY, "");
         try {
             Spec parsed = JSON.readValue(required(options, SPEC), Spec.class);
             HashMap<String, String> producer =
@@ -125,7 +125,7 @@ final class PrepareBatchWrite implements BatchWrite {
                     new ArrayList<>(parsed.header_names),
                     parsed.selected == null ? null : new HashSet<>(parsed.selected),
                     info.schema(),
-                    fault.isEmpty() ? null : fault);
+                    hook.isEmpty() ? null : hook);
             return new PrepareBatchWrite(spec, conf, results, false);
         } catch (JsonProcessingException exc) { // never the settings' text: it holds secrets
             throw new IllegalArgumentException("kafka2pc: the option " + SPEC + " or the "

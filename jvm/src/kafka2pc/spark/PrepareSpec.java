@@ -38,8 +38,8 @@ final class PrepareSpec implements Serializable {
     private final Set<Integer> selected;
     /** The encoded rows' schema, from the driver: internal rows carry none. */
     final StructType schema;
-    /** A test fault ({@link Fault}) taken on the driver; null: the task's local property. */
-    final String fault;
+    /** The {@link WriterHook} named on the driver (Connect); null: the task's local property. */
+    final String hook;
 
     PrepareSpec(
             ArrayList<String> topics,
@@ -49,7 +49,7 @@ final class PrepareSpec implements Serializable {
             ArrayList<String> headerNames,
             Set<Integer> selected,
             StructType schema,
-            String fault) {
+            String hook) {
         this.topics = topics;
         this.ids = ids;
         this.settings = settings;
@@ -57,7 +57,7 @@ final class PrepareSpec implements Serializable {
         this.headerNames = headerNames;
         this.selected = selected;
         this.schema = schema;
-        this.fault = fault;
+        this.hook = hook;
     }
 
     @Override

@@ -77,9 +77,9 @@ final class TransactionDataWriter implements DataWriter<InternalRow> {
                 return new TransactionDataWriter(null); // a repair: not even an InitProducerId
             }
             TaskContext context = TaskContext.get();
-            String fault = spec.fault != null ? spec.fault : context.getLocalProperty(Fault.PROPERTY);
+            String hook = spec.hook != null ? spec.hook : context.getLocalProperty(WriterHook.PROPERTY);
             return new TransactionDataWriter(
-                    new PartitionTransaction(spec, partitionId, context.attemptNumber(), fault));
+                    new PartitionTransaction(spec, partitionId, context.attemptNumber(), hook));
         }
     }
 }
