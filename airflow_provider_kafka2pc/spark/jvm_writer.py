@@ -21,11 +21,7 @@ the executors. Only that jar: Spark ships its dependencies (lz4, snappy, zstd, s
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +34,7 @@ from .alignment import JAR
 from .connect import FILE_SETTINGS, is_connect
 from .connect_jvm import connect_jvm_write, probe
 from .jvm_settings import java_producer_settings
-from .maven import REPOSITORY_ENV, cache_root, ivy_jar, ivy_settings, java_binary, repository
+from .maven import fetch_jar
 from .writers import AUTO_WRITER as AUTO
 from .writers import JVM_WRITER as JVM
 from .writers import PYTHON_WRITER as PYTHON
@@ -199,54 +195,4 @@ def _add_jar(spark: SparkSession, jar: Path) -> None:
 def kafka_clients_jar(cache_dir: Path | None = None, timeout_s: float = 300) -> Path:
     """kafka-clients :data:`KAFKA_CLIENTS_VERSION`'s jar, fetched once with Apache Ivy
     (without its dependencies, which Spark ships) into ``<cache>/kafka-clients-<version>``."""
-    home = (cache_dir or cache_root()) / f"kafka-clients-{KAFKA_CLIENTS_VERSION}"
-    jar = home / f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar"
-    if jar.exists():
-        return jar
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f".kafka-clients-{KAFKA_CLIENTS_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if jar.exists():
-            return jar
-        staging = Path(tempfile.mkdtemp(prefix=".kafka-clients-", dir=home.parent))
-        try:
-            _fetch(staging, home.parent / "ivy-cache", timeout_s)
-            shutil.rmtree(home, ignore_errors=True)
-            staging.rename(home)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return jar
-
-
-def _fetch(target: Path, ivy_cache: Path, timeout_s: float) -> None:
-    settings = target / "ivysettings.xml"
-    settings.write_text(ivy_settings(repository()))
-    group, name, version = KAFKA_CLIENTS.split(":")
-    command = [
-        java_binary(),
-        "-jar",
-        ivy_jar(),
-        "-settings",
-        str(settings),
-        "-cache",
-        str(ivy_cache),
-        "-dependency",
-        group,
-        name,
-        version,
-        "-notransitive",
-        "-confs",
-        "default",
-        "-retrieve",
-        str(target / "[artifact]-[revision].[ext]"),
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise BrokerFetchError(f"fetching {KAFKA_CLIENTS} took over {timeout_s:.0f} s") from None
-    if done.returncode != 0 or not (target / f"{name}-{version}.jar").exists():
-        raise BrokerFetchError(
-            f"could not fetch {KAFKA_CLIENTS} from {repository()} (set {REPOSITORY_ENV} to "
-            f"use a mirror, or start Spark with --packages {KAFKA_CLIENTS}): "
-            f"{done.stderr.strip()[-300:] or done.stdout.strip()[-300:]}"
-        )
+    return fetch_jar(KAFKA_CLIENTS, cache_dir, timeout_s)
