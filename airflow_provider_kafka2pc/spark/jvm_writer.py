@@ -32,7 +32,8 @@ from pyspark.sql import DataFrame, SparkSession
 from ..errors import BrokerFetchError, ConfigurationError
 from .alignment import JAR
 from .connect import FILE_SETTINGS, is_connect
-from .connect_jvm import connect_jvm_write, probe
+from .connect_artifacts import ensure_jvm_writer
+from .connect_jvm import connect_jvm_write
 from .jvm_settings import java_producer_settings
 from .maven import fetch_jar
 from .writers import AUTO_WRITER as AUTO
@@ -143,9 +144,9 @@ def choose_writer(
     ``auto`` takes the JVM writer wherever it applies: no ``on_batch`` hook (it runs in
     Python workers), and a JVM that loads our jar and kafka-clients: on a classic session
     (``connect`` False) the driver's (:func:`ensure_on_classpath`), on Spark Connect the
-    server's, which must have them on its class path (:func:`.connect_jvm.probe`); else
-    the Python writer, and why. An explicit ``jvm`` that cannot load them fails with the
-    jars it needs.
+    server's: from its class path, else shipped with the session as artifacts
+    (:func:`.connect_artifacts.ensure_jvm_writer`); else the Python writer, and why. An
+    explicit ``jvm`` that cannot load them fails with the jars it needs.
     """
     writer = check_writer(writer)
     if writer == PYTHON:
@@ -179,7 +180,9 @@ def connect_files(config: Mapping[str, Any]) -> list[str]:
 
 
 def _loaded(spark: SparkSession, connect: bool) -> str:
-    return probe(spark, KAFKA_CLIENTS) if connect else ensure_on_classpath(spark)
+    if connect:
+        return ensure_jvm_writer(spark, KAFKA_CLIENTS, kafka_clients_jar)
+    return ensure_on_classpath(spark)
 
 
 def _writer_class(spark: SparkSession) -> Any:
