@@ -4,9 +4,10 @@ A Connect client has no py4j into the server's JVM, so it cannot call
 ``kafka2pc.spark.JvmWriter`` as a classic session does; it reaches the same executor code
 (``PartitionTransaction``) through Spark's public DataSource V2 write API:
 ``df.write.format("kafka2pc").options(...).mode("append").save()``. The server needs our
-jar and kafka-clients on its class path (``start-connect-server.sh --jars``, or
-``spark.jars``): a session cannot add a DataSource the server's driver must load
-(:func:`probe` tells whether it can).
+jar and kafka-clients: on its class path (``start-connect-server.sh --jars``, or
+``spark.jars``), or shipped with the session as artifacts when it has not
+(:mod:`.connect_artifacts`: the driver looks the DataSource up through the session's
+class loader, the executors fetch the session's jars); :func:`probe` tells whether it can.
 
 What is measured to show where on a Connect server (Spark 4.3), and so how the pieces
 travel:
@@ -49,25 +50,37 @@ def probe(spark: Any, kafka_clients: str) -> str:
     :raises ConfigurationError: the server cannot load them; names the jars it needs.
     """
     try:
-        with _session_setting(spark, RESULTS_PREFIX, None) as results:
-            (
-                spark.range(0)
-                .write.format(SOURCE)
-                .option("probe", "true")
-                .option("results_conf", results)
-                .mode("append")
-                .save()
-            )
-            answer = spark.conf.get(results)
-        return str(json.loads(answer)["kafka_clients"])
+        return server_kafka_clients(spark)
     except Exception as exc:  # DATA_SOURCE_NOT_FOUND, NoClassDefFoundError, ...
         # Broad: any failure of the probe means the server cannot run the JVM writer here;
         # the message carries the first line of what failed, and writer='python' still works.
         raise ConfigurationError(
             f"the Spark Connect server cannot load the kafka2pc DataSource ({_first_line(exc)});"
-            f" start the server with --jars {JAR},<kafka-clients jar> (or spark.jars; "
-            f"--packages {kafka_clients} for kafka-clients), or use writer='python'"
+            f" {advice(kafka_clients)}"
         ) from None
+
+
+def server_kafka_clients(spark: Any) -> str:
+    """:func:`probe`'s answer, or the server's own error."""
+    with _session_setting(spark, RESULTS_PREFIX, None) as results:
+        (
+            spark.range(0)
+            .write.format(SOURCE)
+            .option("probe", "true")
+            .option("results_conf", results)
+            .mode("append")
+            .save()
+        )
+        answer = spark.conf.get(results)
+    return str(json.loads(answer)["kafka_clients"])
+
+
+def advice(kafka_clients: str) -> str:
+    """What to do when a server cannot load the DataSource even from session artifacts."""
+    return (
+        f"start the server with --jars {JAR},<kafka-clients jar> (or spark.jars; "
+        f"--packages {kafka_clients} for kafka-clients), or use writer='python'"
+    )
 
 
 def connect_jvm_write(

@@ -21,11 +21,7 @@ the executors. Only that jar: Spark ships its dependencies (lz4, snappy, zstd, s
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,9 +33,10 @@ from pyspark.sql import DataFrame, SparkSession
 from ..errors import BrokerFetchError, ConfigurationError
 from .alignment import JAR
 from .connect import FILE_SETTINGS, is_connect
-from .connect_jvm import connect_jvm_write, probe
+from .connect_artifacts import ensure_jvm_writer
+from .connect_jvm import connect_jvm_write
 from .jvm_settings import java_producer_settings
-from .maven import REPOSITORY_ENV, cache_root, ivy_jar, ivy_settings, java_binary, repository
+from .maven import fetch_jar
 from .writers import AUTO_WRITER as AUTO
 from .writers import JVM_WRITER as JVM
 from .writers import PYTHON_WRITER as PYTHON
@@ -151,9 +148,9 @@ def choose_writer(
     ``auto`` takes the JVM writer wherever it applies: no ``on_batch`` hook (it runs in
     Python workers), and a JVM that loads our jar and kafka-clients: on a classic session
     (``connect`` False) the driver's (:func:`ensure_on_classpath`), on Spark Connect the
-    server's, which must have them on its class path (:func:`.connect_jvm.probe`); else
-    the Python writer, and why. An explicit ``jvm`` that cannot load them fails with the
-    jars it needs.
+    server's: from its class path, else shipped with the session as artifacts
+    (:func:`.connect_artifacts.ensure_jvm_writer`); else the Python writer, and why. An
+    explicit ``jvm`` that cannot load them fails with the jars it needs.
     """
     writer = check_writer(writer)
     if writer == PYTHON:
@@ -187,7 +184,9 @@ def connect_files(config: Mapping[str, Any]) -> list[str]:
 
 
 def _loaded(spark: SparkSession, connect: bool) -> str:
-    return probe(spark, KAFKA_CLIENTS) if connect else ensure_on_classpath(spark)
+    if connect:
+        return ensure_jvm_writer(spark, KAFKA_CLIENTS, kafka_clients_jar)
+    return ensure_on_classpath(spark)
 
 
 def _writer_class(spark: SparkSession) -> Any:
@@ -203,54 +202,4 @@ def _add_jar(spark: SparkSession, jar: Path) -> None:
 def kafka_clients_jar(cache_dir: Path | None = None, timeout_s: float = 300) -> Path:
     """kafka-clients :data:`KAFKA_CLIENTS_VERSION`'s jar, fetched once with Apache Ivy
     (without its dependencies, which Spark ships) into ``<cache>/kafka-clients-<version>``."""
-    home = (cache_dir or cache_root()) / f"kafka-clients-{KAFKA_CLIENTS_VERSION}"
-    jar = home / f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar"
-    if jar.exists():
-        return jar
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f".kafka-clients-{KAFKA_CLIENTS_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if jar.exists():
-            return jar
-        staging = Path(tempfile.mkdtemp(prefix=".kafka-clients-", dir=home.parent))
-        try:
-            _fetch(staging, home.parent / "ivy-cache", timeout_s)
-            shutil.rmtree(home, ignore_errors=True)
-            staging.rename(home)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return jar
-
-
-def _fetch(target: Path, ivy_cache: Path, timeout_s: float) -> None:
-    settings = target / "ivysettings.xml"
-    settings.write_text(ivy_settings(repository()))
-    group, name, version = KAFKA_CLIENTS.split(":")
-    command = [
-        java_binary(),
-        "-jar",
-        ivy_jar(),
-        "-settings",
-        str(settings),
-        "-cache",
-        str(ivy_cache),
-        "-dependency",
-        group,
-        name,
-        version,
-        "-notransitive",
-        "-confs",
-        "default",
-        "-retrieve",
-        str(target / "[artifact]-[revision].[ext]"),
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise BrokerFetchError(f"fetching {KAFKA_CLIENTS} took over {timeout_s:.0f} s") from None
-    if done.returncode != 0 or not (target / f"{name}-{version}.jar").exists():
-        raise BrokerFetchError(
-            f"could not fetch {KAFKA_CLIENTS} from {repository()} (set {REPOSITORY_ENV} to "
-            f"use a mirror, or start Spark with --packages {KAFKA_CLIENTS}): "
-            f"{done.stderr.strip()[-300:] or done.stdout.strip()[-300:]}"
-        )
+    return fetch_jar(KAFKA_CLIENTS, cache_dir, timeout_s)

@@ -28,6 +28,8 @@ from ..connection.registry import (
 )
 from ..errors import ConfigurationError
 from . import avro, json_schema
+from .connect import is_connect
+from .connect_artifacts import ensure_avro
 
 #: Starts the error a bad record timestamp raises in the shuffle's map stage.
 BAD_TIMESTAMP_MARK = "kafka2pc bad timestamp"
@@ -119,6 +121,8 @@ def resolve_schemas(
             schema = fmt.schema or json_schema.derive_schema(data_type, fmt.record_name)
             json_schema.check_encodable(data_type, schema, role)
         else:
+            if is_connect(spark):  # a plain server has no spark-avro: shipped with the session
+                ensure_avro(spark)
             schema = fmt.schema or avro.derive_schema(
                 spark, data_type, fmt.record_name, fmt.namespace
             )
@@ -221,8 +225,9 @@ def timestamp_value(df: DataFrame, name: str) -> Column:
 
 
 def bad_timestamp_refusal(exc: Exception) -> ConfigurationError | None:
-    """The error to raise when ``exc`` is a bad record timestamp, or a null where the
-    Avro schema allows none, found in the shuffle's map stage."""
+    """The error to raise when ``exc`` is a bad record timestamp, a null where the
+    Avro schema allows none, or (on Spark Connect) a column the Avro schema cannot carry,
+    found in the shuffle's map stage."""
     text = str(exc)
     for mark in (BAD_TIMESTAMP_MARK, NULL_FIELD_MARK):
         at = text.find(mark)
@@ -231,4 +236,4 @@ def bad_timestamp_refusal(exc: Exception) -> ConfigurationError | None:
             # Spark appends the raise_error's SQL state to the message: not the user's words.
             said = re.sub(r"\s*SQLSTATE: \w+\s*$", "", said)
             return ConfigurationError(f"{said}; nothing was written")
-    return None
+    return avro.incompatible_refusal(exc)

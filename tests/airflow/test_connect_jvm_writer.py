@@ -1,10 +1,10 @@
 """The JVM writer on a real Spark Connect server: our jar's DataSource ``kafka2pc``.
 
 A server started with our jar and kafka-clients on ``--jars`` runs Kafka's Java producer in
-its executors for a Connect client (``writer="auto"`` takes it); one without them leaves
-``auto`` to the Python writer, and an explicit ``jvm`` fails naming the jars
-(test_connect_options). Witnesses as everywhere: the log's markers (committed once, none
-open) and a read_committed consumer; plus where the server could show the Kafka secret.
+its executors for a Connect client (``writer="auto"`` takes it); one without them gets them
+shipped with the session (test_connect_artifacts). Witnesses as everywhere: the log's
+markers (committed once, none open) and a read_committed consumer; plus where the server
+could show the Kafka secret.
 """
 
 from __future__ import annotations
@@ -127,25 +127,3 @@ def test_a_task_failing_mid_write_fails_the_prepare_and_leaves_nothing_open(
         totals = audit(protocol, topic).totals
         # Aborted records may or may not have reached the log before the aborts: not asserted.
         assert totals["committed"] == totals["open"] == totals["non_transactional"] == 0
-
-
-def test_auto_on_a_server_without_the_jar_falls_back_to_the_python_writer(
-    settings: dict[str, Any],
-    protocol: KafkaProtocol,
-    bootstrap: str,
-    make_topic,
-    tmp_path: Path,
-) -> None:
-    topics = [make_topic(2)]
-    ids = [unique_id("connect-nojar") for _ in range(2)]
-    manifest = tmp_path / "manifest.json"
-    source = routed_rows(tmp_path / "rows.json", topics)
-    with (
-        connect_server(tmp_path / "plain") as plain,
-        remote_session(plain.url, "connect-nojar") as spark,
-    ):
-        batch = prepare_remote_argv(spark, argv(source, manifest, ids, topics), settings)
-    assert batch.metadata["writer"] == "python"
-    assert "--jars" in batch.metadata["writer_reason"], batch.metadata
-    TransactionController(protocol).commit_all(batch.committables)
-    assert_exactly_once(protocol, bootstrap, topics[0], *batch.committables, committed=ROWS)

@@ -3,8 +3,9 @@
 ``prepare_remote`` (the Connect path of the prepare task) once parsed ``--writer``,
 ``--no-shuffle`` and ``--value-format`` and ignored them: a JVM-writer, source-split or
 registry-Avro export on a ``spark_connect`` connection wrote JSON values through the Python
-writer after a shuffle, and its manifest said nothing of it. Witnesses: the error, and the
-topic's log (nothing written, nothing open).
+writer after a shuffle, and its manifest said nothing of it. (A plain server now runs the
+JVM writer and registry Avro with their jars shipped: test_connect_artifacts.) Witnesses:
+the error, and the topic's log (nothing written, nothing open).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
 @pytest.mark.parametrize(
     ("option", "reason"),
     [
-        (["--writer", "jvm"], "writer='jvm' on Spark Connect.*--jars"),
+        # A plain server runs the JVM writer (its jars shipped: test_connect_artifacts), but
+        # the Java producer reads its files where the executors run.
+        (["--writer", "jvm"], "cannot ship local files"),
         (["--no-shuffle"], "partitioning='source-splits'"),
         (["--value-format", "{}"], "registry"),
     ],
-    ids=["jvm-writer", "source-splits", "registry-avro-without-registry"],
+    ids=["jvm-writer-with-a-local-file", "source-splits", "registry-avro-without-registry"],
 )
 def test_an_option_connect_cannot_honour_is_refused_before_anything_is_written(
     server: ConnectServer,
@@ -57,6 +60,10 @@ def test_an_option_connect_cannot_honour_is_refused_before_anything_is_written(
         *("--transactional-ids", ",".join(ids), "--manifest", str(manifest)),
         *option,
     ]
+    if "jvm" in option:
+        ca = tmp_path / "ca.pem"
+        ca.write_text("not read: refused first\n")
+        settings = {**settings, "ssl.ca.location": str(ca)}
     with (
         remote_session(server.url, "connect-options") as spark,
         pytest.raises(ConfigurationError, match=reason),

@@ -173,8 +173,9 @@ final class PrepareBatchWrite implements BatchWrite {
         }
         StringJoiner rows = new StringJoiner(", ", "[", "]");
         for (WriterCommitMessage message : messages) {
-            if (message instanceof PreparedPartition prepared) {
-                rows.add(prepared.toJson());
+            String json = PreparedPartition.json(message);
+            if (json != null) {
+                rows.add(json);
             }
         }
         conf.set(resultsConf, rows.toString());

@@ -9,7 +9,7 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
 /**
  * The DataSource's task side: one {@link PartitionTransaction} per Spark partition, as the
  * mapPartitions job runs it. {@code write} sends, {@code commit} flushes, describes and
- * leaves the transaction open (the {@link PreparedPartition} is the commit message),
+ * leaves the transaction open (the {@link PreparedPartition}'s message is the commit one),
  * {@code abort} aborts. A partition a repair does not select writes nothing and reports
  * nothing (a null message).
  */
@@ -38,7 +38,7 @@ final class TransactionDataWriter implements DataWriter<InternalRow> {
             return null;
         }
         try {
-            return transaction.prepare();
+            return transaction.prepare().message();
         } catch (RuntimeException | Error failure) {
             throw transaction.failed(failure);
         }
