@@ -40,13 +40,8 @@ class Path_:
 PATHS = (
     Path_("submit", "spark-submit, client mode", connect=False, jvm=True),
     Path_("cluster", "spark-submit, cluster mode (standalone)", connect=False, jvm=True),
-    Path_(
-        "connect",
-        "plain Spark Connect server",
-        connect=True,
-        jvm=False,
-        why_not_jvm="the server has not the project's jar and kafka-clients (--jars)",
-    ),
+    # The JVM writer's jars ship as session artifacts (spark/connect_artifacts.py).
+    Path_("connect", "plain Spark Connect server", connect=True, jvm=True),
     Path_("connect-jars", "Spark Connect server with the jars", connect=True, jvm=True),
     Path_("in-job", "prepare_in_job (@task.pyspark)", connect=False, jvm=True),
     Path_("repair", "loss repair (spark-submit)", connect=False, jvm=True),
@@ -149,15 +144,44 @@ _prove(
     ("submit",),
     "tests/integration/test_spark_prepare.py::test_alignment_falls_back_to_hash_and_says_why",
 )
+CONNECT_E2E = (
+    "tests/airflow/test_export_connect.py::"
+    "test_export_on_connect_is_exactly_once_keeps_the_secret_off_the_server_and_reruns_nothing"
+)
+_prove(("topic", "key_column", "writer auto", "partitioning auto"), ("connect",), CONNECT_E2E)
 _prove(
-    ("topic", "key_column", "writer auto", "partitioning auto"),
+    ("partitioning source-splits",),
     ("connect",),
-    "tests/airflow/test_export_connect.py::test_export_on_connect_is_exactly_once_keeps_the_secret_off_the_server_and_reruns_nothing",
+    "tests/airflow/test_connect_options.py::"
+    "test_an_option_connect_cannot_honour_is_refused_before_anything_is_written",
 )
 _prove(
-    ("writer jvm", "partitioning source-splits"),
+    (
+        "topic_column + topics (several topics)",
+        "value_format: registry Avro",
+        "tombstone_when",
+        "timestamp_column",
+        "writer auto",
+    ),
     ("connect",),
-    "tests/airflow/test_connect_options.py::test_an_option_connect_cannot_honour_is_refused_before_anything_is_written",
+    "tests/airflow/test_export_connect.py::"
+    "test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_server",
+)
+_prove(
+    ("topic_column + topics (several topics)", "value_column", "writer auto"),
+    ("connect",),
+    "tests/airflow/test_connect_artifacts.py::"
+    "test_auto_on_a_plain_server_ships_the_jars_and_writes_several_topics_with_the_jvm_writer",
+)
+_prove(
+    (
+        "value_format: registry Avro",
+        "value_format: registry JSON Schema",
+        "key_format: registry Avro",
+    ),
+    ("connect",),
+    "tests/airflow/test_connect_artifacts.py::"
+    "test_registry_values_through_a_plain_server_read_back_against_the_registry",
 )
 _prove(
     ("topic_column + topics (several topics)", "key_column", "value_column", "writer auto"),
