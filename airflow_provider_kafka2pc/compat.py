@@ -66,6 +66,12 @@ def openlineage_injection(operator: SparkSubmitOperator) -> tuple[bool, bool]:
     )
 
 
+def tracks_standalone_driver(hook: SparkSubmitHook) -> bool:
+    """The hook submits to a Spark standalone master in cluster deploy mode: its driver
+    runs on a worker and is tracked by its id (6.x, ``_should_track_driver_status``)."""
+    return bool(hook._should_track_driver_status)
+
+
 def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
     """Run spark-submit and wait for the application to finish, in every deploy mode, as
     ``SparkSubmitOperator.execute`` does with ``durable=False``
