@@ -7,6 +7,9 @@ release of either provider must be checked against this file before the bound mo
 
 from __future__ import annotations
 
+import contextlib
+import urllib.error
+import urllib.request
 from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
@@ -15,6 +18,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import (
 )
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from .errors import ConfigurationError
 
 
 def kafka_client_config(hook: KafkaBaseHook) -> dict[str, Any]:
@@ -72,15 +77,26 @@ def tracks_standalone_driver(hook: SparkSubmitHook) -> bool:
     return bool(hook._should_track_driver_status)
 
 
+def driver_id(hook: SparkSubmitHook) -> str | None:
+    """The id of the driver a standalone cluster-mode submission started (6.x, ``_driver_id``)."""
+    return hook._driver_id
+
+
 def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
     """Run spark-submit and wait for the application to finish, in every deploy mode, as
     ``SparkSubmitOperator.execute`` does with ``durable=False``
     (apache-airflow-providers-apache-spark 6.x: in cluster modes ``submit`` returns once the
     driver is submitted; the operator's backends then track it with these members)."""
     if hook._should_track_driver_status:  # standalone cluster mode
+        _check_rest_endpoint(hook._connection["rest_endpoint"])
         hook._driver_id = hook.submit(application)
         try:
-            hook._start_driver_status_tracking()
+            try:
+                hook._start_driver_status_tracking()
+            except Exception:
+                with contextlib.suppress(Exception):  # best effort: an untracked driver
+                    hook.on_kill()  # must not write on
+                raise
             if hook._driver_status != "FINISHED":
                 raise RuntimeError(
                     f"Driver {hook._driver_id} exited with status {hook._driver_status}"
@@ -103,3 +119,25 @@ def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
             hook._run_post_submit_commands()
         return
     hook.submit(application)
+
+
+def _check_rest_endpoint(endpoint: str | None, timeout_s: float = 30) -> None:
+    """Refuse before submitting when the standalone master's REST server, where the hook
+    polls a cluster-mode driver's status, does not answer (``None``: the hook polls with
+    ``spark-submit --status`` instead). Why: otherwise the task fails after ten missed
+    polls while the driver, submitted, goes on writing transactions nobody decides."""
+    if endpoint is None:
+        return
+    url = f"{endpoint}/v1/submissions/status/kafka2pc-check"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered
+    except OSError as exc:
+        raise ConfigurationError(
+            f"the Spark master's REST server {endpoint} does not answer ({exc}); in cluster "
+            "deploy mode the driver's status is polled there, so nothing was submitted: "
+            "turn it on at the master (spark.master.rest.enabled=true, off by default) and "
+            "give its port as the spark connection's rest-port extra (default 6066)"
+        ) from exc

@@ -210,7 +210,7 @@ class SparkJobHook(BaseHook):
                 failure = _failure(manifest)
                 if failure is None:
                     raise
-                raise failure.exception(" (raised by the Spark job; its log is above)") from exc
+                raise failure.exception(self._where_the_log_is()) from exc
 
     def _submit(self, application_args: list[str]) -> None:
         """spark-submit of the application with ``application_args``, waited for."""
@@ -230,6 +230,17 @@ class SparkJobHook(BaseHook):
                 primary = PROJECT_JAR  # the driver's jar: PYTHON_RUNNER runs the application
             compat.submit_and_wait(self._running, primary)
             archive.publish()
+
+    def _where_the_log_is(self) -> str:
+        """Where a failed run's log is: spark-submit's output above, or, for a driver on a
+        standalone worker (cluster deploy mode), that driver's directory on the worker."""
+        running = self._running
+        if running is not None and compat.tracks_standalone_driver(running):
+            return (
+                f" (raised by the Spark job, driver {compat.driver_id(running)}; its log is in "
+                "that driver's directory on the Spark worker that ran it)"
+            )
+        return " (raised by the Spark job; its log is above)"
 
     def submit_hook(self, application_args: list[str], conf: dict[str, str]) -> SparkSubmitHook:
         """The Spark provider's hook for one spark-submit of the application, built afresh.

@@ -192,6 +192,38 @@ def test_cluster_deploy_mode_refusal_fails_the_task_once_with_its_own_error(
     assert isinstance(raised, ConfigurationError) and isinstance(raised, AirflowFailException)
     assert type(raised).__name__ == "ConfigurationError"
     assert words in str(raised) and not str(raised).startswith("Driver"), raised
+    assert f"driver {facts['driver_id']}; its log is in that driver's directory" in str(raised)
+    prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
+    assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
+    assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)
+
+
+def test_cluster_deploy_mode_without_the_masters_rest_server_submits_nothing(
+    cluster, submissions, export_dag, run_export, make_topic, protocol, bootstrap, monkeypatch
+):
+    """The hook polls a cluster-mode driver's status on the master's REST server (off by
+    default): unreachable, the task used to fail after ten missed polls while the driver it
+    had submitted went on and left its transactions open. Now nothing is submitted."""
+    value = json.loads(cluster.connection_env()[f"AIRFLOW_CONN_{dagtest.SPARK_CONN_ID.upper()}"])
+    value["extra"]["rest-port"] = free_port()  # nothing listens there
+    monkeypatch.setenv(f"AIRFLOW_CONN_{dagtest.SPARK_CONN_ID.upper()}", json.dumps(value))
+    drivers = cluster.drivers()
+    topic = make_topic(2)
+    RaisingPrepare.raised.clear()
+    dag = export_dag(
+        topic=topic,
+        retries=2,
+        spark_conf=CLUSTER_SPARK,
+        operator_classes={"prepare": RaisingPrepare},
+    )
+
+    result = run_export(dag, day=9)
+
+    assert result.tasks["prepare"] == "failed" and result.tries["prepare"] == 1, result
+    [raised] = RaisingPrepare.raised
+    assert isinstance(raised, ConfigurationError), raised
+    assert "REST server" in str(raised) and "nothing was submitted" in str(raised), raised
+    assert [f["driver_id"] for f in submissions] == [None] and cluster.drivers() == drivers
     prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
     assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
     assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)
