@@ -88,7 +88,7 @@ def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
     (apache-airflow-providers-apache-spark 6.x: in cluster modes ``submit`` returns once the
     driver is submitted; the operator's backends then track it with these members)."""
     if hook._should_track_driver_status:  # standalone cluster mode
-        _check_rest_endpoint(hook._connection["rest_endpoint"])
+        _check_rest_endpoint(_status_endpoint(hook._connection))
         hook._driver_id = hook.submit(application)
         try:
             try:
@@ -121,13 +121,33 @@ def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
     hook.submit(application)
 
 
-def _check_rest_endpoint(endpoint: str | None, timeout_s: float = 30) -> None:
-    """Refuse before submitting when the standalone master's REST server, where the hook
-    polls a cluster-mode driver's status, does not answer (``None``: the hook polls with
-    ``spark-submit --status`` instead). Why: otherwise the task fails after ten missed
-    polls while the driver, submitted, goes on writing transactions nobody decides."""
+def _status_endpoint(connection: dict[str, Any]) -> str:
+    """The master's REST server, where the hook polls a standalone cluster-mode driver.
+
+    6.3.4 polls ``rest_endpoint`` (a ``spark`` connection with one master); 6.3.0 to 6.3.3
+    only a master given by its REST port (``:6066``). Otherwise the hook polls with
+    ``spark-submit --status``, which Spark sends to the REST server at the master's RPC
+    address: it never answers (apache/airflow#71881), so it is refused here.
+    """
+    master = str(connection["master"])
+    endpoint = connection.get("rest_endpoint")
+    if endpoint is None and "rest_endpoint" not in connection and master.endswith(":6066"):
+        endpoint = master.replace("spark://", "http://", 1)
     if endpoint is None:
-        return
+        raise ConfigurationError(
+            f"the Spark provider would poll the cluster-mode driver on {master} with "
+            "spark-submit --status, which no standalone master answers "
+            "(apache/airflow#71881), so nothing was submitted: use a spark connection "
+            "with one master and apache-airflow-providers-apache-spark 6.3.4 or later"
+        )
+    return str(endpoint)
+
+
+def _check_rest_endpoint(endpoint: str, timeout_s: float = 30) -> None:
+    """Refuse before submitting when the standalone master's REST server, where the hook
+    polls a cluster-mode driver's status, does not answer. Why: otherwise the task fails
+    after ten missed polls while the driver, submitted, goes on writing transactions
+    nobody decides."""
     url = f"{endpoint}/v1/submissions/status/kafka2pc-check"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s):

@@ -198,15 +198,40 @@ def test_cluster_deploy_mode_refusal_fails_the_task_once_with_its_own_error(
     assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)
 
 
-def test_cluster_deploy_mode_without_the_masters_rest_server_submits_nothing(
-    cluster, submissions, export_dag, run_export, make_topic, protocol, bootstrap, monkeypatch
+def _no_rest_server(value: dict[str, Any]) -> None:
+    value["extra"]["rest-port"] = free_port()  # nothing listens there
+
+
+def _two_masters(value: dict[str, Any]) -> None:
+    """A master list (high availability): the Spark provider then polls with
+    ``spark-submit --status``, which no standalone master answers (apache/airflow#71881)."""
+    value["host"] = f"{value['host']},127.0.0.1:{free_port()}"
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [(_no_rest_server, "REST server"), (_two_masters, "spark-submit --status")],
+    ids=["rest server unreachable", "polled by spark-submit --status"],
+)
+def test_cluster_deploy_mode_without_status_polling_submits_nothing(
+    change,
+    words,
+    cluster,
+    submissions,
+    export_dag,
+    run_export,
+    make_topic,
+    protocol,
+    bootstrap,
+    monkeypatch,
 ):
     """The hook polls a cluster-mode driver's status on the master's REST server (off by
     default): unreachable, the task used to fail after ten missed polls while the driver it
     had submitted went on and left its transactions open. Now nothing is submitted."""
-    value = json.loads(cluster.connection_env()[f"AIRFLOW_CONN_{dagtest.SPARK_CONN_ID.upper()}"])
-    value["extra"]["rest-port"] = free_port()  # nothing listens there
-    monkeypatch.setenv(f"AIRFLOW_CONN_{dagtest.SPARK_CONN_ID.upper()}", json.dumps(value))
+    name = f"AIRFLOW_CONN_{dagtest.SPARK_CONN_ID.upper()}"
+    value = json.loads(cluster.connection_env()[name])
+    change(value)
+    monkeypatch.setenv(name, json.dumps(value))
     drivers = cluster.drivers()
     topic = make_topic(2)
     RaisingPrepare.raised.clear()
@@ -222,7 +247,7 @@ def test_cluster_deploy_mode_without_the_masters_rest_server_submits_nothing(
     assert result.tasks["prepare"] == "failed" and result.tries["prepare"] == 1, result
     [raised] = RaisingPrepare.raised
     assert isinstance(raised, ConfigurationError), raised
-    assert "REST server" in str(raised) and "nothing was submitted" in str(raised), raised
+    assert words in str(raised) and "nothing was submitted" in str(raised), raised
     assert [f["driver_id"] for f in submissions] == [None] and cluster.drivers() == drivers
     prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
     assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
