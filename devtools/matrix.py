@@ -236,6 +236,13 @@ _prove(
 )
 
 
+_prove(
+    ("topic", "key_column", "writer auto", "partitioning auto"),
+    ("cluster",),
+    "tests/airflow/test_export_cluster_mode.py::test_cluster_deploy_mode_commits_exactly_once",
+)
+
+
 def facts(path: Path_, spec: ExportSpec) -> WriterFacts:
     if path.jvm or (path.ships_on_request and spec.writer == "jvm"):
         return WriterFacts(connect=path.connect, jvm_version="4.4.0")

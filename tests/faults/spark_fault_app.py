@@ -83,8 +83,15 @@ JVM_FAULT_HOOK = "kafka2pc.faults.Fault"
 
 
 def _jvm_writer(argv: list[str]) -> bool:
-    """The application runs the JVM writer: ``--writer jvm``, or ``auto`` (the default)."""
-    writer = argv[argv.index("--writer") + 1] if "--writer" in argv else "auto"
+    """The application runs the JVM writer: the spec's (``--spec-file``, as the prepare task
+    passes it) or ``--writer`` ``jvm``, or ``auto`` (the default)."""
+    import json
+
+    if "--spec-file" in argv:
+        with open(argv[argv.index("--spec-file") + 1]) as spec:
+            writer = json.load(spec).get("writer", "auto")
+    else:
+        writer = argv[argv.index("--writer") + 1] if "--writer" in argv else "auto"
     return writer in ("jvm", "auto")
 
 
