@@ -35,6 +35,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -646,10 +647,12 @@ def _wait_final(w: World, expected: int, timeout_s: float) -> bool:
 
 
 def _backfill(w: World, blocks: dict[str, list[datetime]], concurrency: int) -> None:
-    """One backfill per export over its block of days, about ``concurrency`` runs in all."""
+    """One backfill per export over its block of days, about ``concurrency`` runs in all;
+    the exports' CLI calls side by side (each ``airflow`` call costs seconds of start-up)."""
     busy = [dag_id for dag_id, days in blocks.items() if days]
     per_dag = max(1, math.ceil(concurrency / max(1, len(busy))))
-    for dag_id in busy:
+
+    def one(dag_id: str) -> None:
         days = blocks[dag_id]
         w.deployment.airflow("dags", "unpause", dag_id)
         w.deployment.airflow(
@@ -664,6 +667,10 @@ def _backfill(w: World, blocks: dict[str, list[datetime]], concurrency: int) -> 
             "--max-active-runs",
             str(per_dag),
         )
+
+    with ThreadPoolExecutor(max_workers=len(busy) or 1) as pool:
+        for done in [pool.submit(one, dag_id) for dag_id in busy]:
+            done.result()
 
 
 def _attempts(w: World) -> list[dict[str, Any]]:
@@ -757,8 +764,9 @@ def _open_transactions(w: World) -> list[str]:
 
 def _topic_state(
     w: World, config: SoakConfig, protocol: KafkaProtocol, topic: str, expected: dict, done: list
-) -> TopicState:
-    """Both witnesses (and Kafka's Java consumer) on one topic."""
+) -> tuple[TopicState, list[dict[str, Any]]]:
+    """Both witnesses (and Kafka's Java consumer) on one topic; and the audit's view of
+    each committable in this topic (a multi-topic one is judged over all its topics)."""
     settings = {"bootstrap.servers": w.cluster.bootstrap_servers}
     report = audit_topic(protocol, topic, done, duplicates=True)
     seen = read_committed(settings, topic)
@@ -770,16 +778,29 @@ def _topic_state(
             **report.totals,
             "extra_copies": (report.duplicates or {}).get("extra_copies", 0),
         },
-        audit_unfinished=[
-            f"{v.get('transactional_id')}: {v.get('state')}"
-            for v in report.committables
-            if not (v["state"] == "COMMITTED" and v["complete"])
-        ],
+        audit_unfinished=[],
         visible={k.decode(): n for k, n in seen.keys.items()},
         stalled=[str(p) for p in seen.stalled],
         java_records=java.total if java else None,
         java_keys=dict(java.keys) if java else {},
-    )
+    ), list(report.committables)
+
+
+def unfinished(views: list[dict[str, Any]]) -> list[str]:
+    """Committables not committed in full, judged over every topic they span: the audit
+    of one topic sees only that topic's records of a multi-topic transaction (its
+    ``complete`` compares them with the transaction's records in all topics)."""
+    by_txn: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for view in views:
+        by_txn.setdefault((view["transactional_id"], view["producer_id"]), []).append(view)
+    found = []
+    for (tid, _), seen in sorted(by_txn.items(), key=lambda item: str(item[0])):
+        present = [v for v in seen if v["state"] not in ("MISSING", "EMPTY")]
+        committed = sum(v["committed"] for v in seen)
+        states = sorted({v["state"] for v in present}) or ["MISSING"]
+        if states != ["COMMITTED"] or committed != seen[0]["expected"]:
+            found.append(f"{tid}: {'/'.join(states)}, {committed} of {seen[0]['expected']}")
+    return found
 
 
 def read_final_state(w: World, config: SoakConfig, days: dict[str, str]) -> tuple[FinalState, dict]:
@@ -809,9 +830,15 @@ def read_final_state(w: World, config: SoakConfig, days: dict[str, str]) -> tupl
                 else:
                     others.append(f"{export.kind} {b.run_key}")
             done = [p.committable for ps in parts.values() for p in ps]
+            views: list[dict[str, Any]] = []
+            mine_topics = []
             for topic, rows in export.per_topic(config.rows).items():
                 expected = dict.fromkeys(mine, rows)
-                topics.append(_topic_state(w, config, protocol, topic, expected, done))
+                topic_state, topic_views = _topic_state(w, config, protocol, topic, expected, done)
+                mine_topics.append(topic_state)
+                views += topic_views
+            mine_topics[0].audit_unfinished = unfinished(views)
+            topics += mine_topics
             leased += [
                 f"{lease.transactional_id} -> {lease.run_key}"
                 for lease in ledger.leases(export.prefix)

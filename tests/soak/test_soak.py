@@ -22,7 +22,7 @@ import pytest
 from .checker import FinalState, TopicState, find_anomalies, find_nemesis_anomalies
 from .exports import KINDS, assign_days, dag_source, plan_exports
 from .flight import Window, classify_strikes, work_at
-from .run import SoakConfig, run_soak
+from .run import SoakConfig, run_soak, unfinished
 from .schedule import FaultKind, fault_schedule
 
 #: The CI soak's seed; ``KAFKA2PC_SOAK_SEED`` replays another. Seed 383 strikes first a
@@ -309,3 +309,27 @@ def test_short_soak_under_a_real_scheduler_is_exactly_once(tmp_path: Path) -> No
     assert result.ok, result.failure()
     assert set(result.figures["exports"]) == set(KINDS), result.figures
     assert len(result.figures["topics"]) == 4, result.figures
+
+
+def _view(tid: str, state: str, committed: int, expected: int = 10) -> dict:
+    return {
+        "transactional_id": tid,
+        "producer_id": 7,
+        "state": state,
+        "committed": committed,
+        "expected": expected,
+    }
+
+
+@pytest.mark.parametrize(
+    ("views", "expected"),
+    [
+        # one transaction over two topics: 6 + 4 of 10 committed is complete
+        ([_view("m-0", "COMMITTED", 6), _view("m-0", "COMMITTED", 4)], []),
+        ([_view("m-0", "COMMITTED", 6), _view("m-0", "MISSING", 0)], ["m-0: COMMITTED, 6 of 10"]),
+        ([_view("m-0", "COMMITTED", 6), _view("m-0", "OPEN", 0)], ["m-0: COMMITTED/OPEN, 6 of 10"]),
+        ([_view("s-0", "COMMITTED", 10)], []),
+    ],
+)
+def test_a_multi_topic_transaction_is_judged_over_its_topics(views, expected) -> None:
+    assert unfinished(views) == expected
