@@ -34,8 +34,8 @@ from .schedule import FaultKind, fault_schedule
 #: 383, broker faults first, ran out of work on a quiet machine before its task kill.)
 CI_SEED = 15280
 #: What the short soak must hit on work in flight (an export's own prepare, commit or open
-#: transaction at the moment of the strike; :mod:`.flight`): the five faults above. A clear needs a finished task, not work: it is
-#: the long soak's to prove (:data:`.run.LONG_MIN_HITS`).
+#: transaction at the moment of the strike; :mod:`.flight`): the five faults above. A clear
+#: needs a finished task, not work: it is the long soak's to prove (:data:`.run.LONG_MIN_HITS`).
 CI_MIN_HITS = {
     "kill_task": 1,
     "kill_broker": 1,
