@@ -98,6 +98,7 @@ def with_test_jar(conf: dict[str, str]) -> dict[str, str]:
     jars = [j for j in conf.get("spark.jars", "").split(",") if j]
     return {**conf, "spark.jars": ",".join([*jars, str(jvm_test_jar())])}
 
+
 def spark_holds(fault_dir: str, partition: int) -> type:
     """Like :func:`spark_dies`, but the Python writer's ``partition`` holds after its first
     batch (``spark-hold.reached``) until the test says ``spark-hold.go``, then writes on."""
