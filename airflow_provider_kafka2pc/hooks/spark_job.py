@@ -204,6 +204,7 @@ class SparkJobHook(BaseHook):
                 label,
                 *repair_argv(repair),
             ]
+            _remove(failure_uri(manifest))  # an earlier try's, under a manifest_dir
             try:
                 self._submit(application_args)
             except (AirflowException, RuntimeError) as exc:
@@ -352,6 +353,22 @@ def _failure(manifest: str) -> JobFailure | None:
         return JobFailure.from_json(_read_text(failure_uri(manifest)))
     except (OSError, ValueError):
         return None
+
+
+def _remove(uri: str) -> None:
+    """Remove ``uri`` where it exists (a stale failure must not be raised for a new run)."""
+    local = local_path(uri)
+    try:
+        if local is not None:
+            local.unlink(missing_ok=True)
+        else:
+            from airflow.sdk import ObjectStoragePath
+
+            path = ObjectStoragePath(uri)
+            if path.exists():
+                path.unlink()
+    except OSError:  # unreadable storage: the job's own write will say so
+        pass
 
 
 def _read_text(uri: str) -> str:
