@@ -4,7 +4,7 @@
         --fault-marker FILE -- <the prepare application's own arguments>
 
 It runs :func:`airflow_provider_kafka2pc.spark.app.main` unchanged, except that the
-product's own executor hook (``prepare_dataframe(on_batch=...)``, set on the module the
+product's own executor hook (``prepare_export(on_batch=...)``, set on the module the
 application imports it from) is set: when partition
 ``P`` has queued its first batch, its Python worker waits for librdkafka to deliver (the
 records are then in the log, in an open transaction), writes ``FILE`` and dies by SIGKILL:
@@ -105,14 +105,14 @@ def _jvm_writer(argv: list[str]) -> bool:
     return writer in ("jvm", "auto")
 
 
-def with_jvm_fault(prepare_dataframe, fault: str):
-    """``prepare_dataframe`` with the tests' fault hook named on the session's tasks."""
+def with_jvm_fault(prepare_export, fault: str):
+    """``prepare_export`` with the tests' fault hook named on the session's tasks."""
     from airflow_provider_kafka2pc.spark.jvm_writer import HOOK_PROPERTY
 
-    @functools.wraps(prepare_dataframe)
+    @functools.wraps(prepare_export)
     def prepare(df, *args, **kwargs):
         df.sparkSession.sparkContext.setLocalProperty(HOOK_PROPERTY, f"{JVM_FAULT_HOOK}:{fault}")
-        return prepare_dataframe(df, *args, **kwargs)
+        return prepare_export(df, *args, **kwargs)
 
     return prepare
 
@@ -135,10 +135,10 @@ def main(argv: list[str]) -> int:
             f"{ours.fault_partition},{JVM_FAULT_ROWS},1,{_JVM_MODES[ours.fault]},"
             f"{ours.fault_marker}"
         )
-        prepare.prepare_dataframe = with_jvm_fault(prepare.prepare_dataframe, fault)
+        prepare.prepare_export = with_jvm_fault(prepare.prepare_export, fault)
         return app.main(rest)
     hook = functools.partial(die_at, ours.fault, ours.fault_partition, ours.fault_marker)
-    prepare.prepare_dataframe = functools.partial(prepare.prepare_dataframe, on_batch=hook)
+    prepare.prepare_export = functools.partial(prepare.prepare_export, on_batch=hook)
     return app.main(rest)
 
 

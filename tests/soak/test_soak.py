@@ -34,10 +34,12 @@ from .schedule import FaultKind, fault_schedule
 #: 383, broker faults first, ran out of work on a quiet machine before its task kill.)
 CI_SEED = 15280
 #: What the short soak must hit on work in flight (an export's own prepare, commit or open
-#: transaction at the moment of the strike; :mod:`.flight`): the five faults above. A clear
-#: needs a finished task, not work: it is the long soak's to prove (:data:`.run.LONG_MIN_HITS`).
+#: transaction at the moment of the strike; :mod:`.flight`): the aimed faults above, which
+#: wait for an open transaction. The task kill is reported but not required here: it is
+#: not aimed, and in one CI-sized run on a busy machine the prepare's JVM it found exited
+#: before the SIGKILL (``MISS: had already exited``); the long soak requires it
+#: (:data:`.run.LONG_MIN_HITS`). A clear needs a finished task, not work: the long soak's too.
 CI_MIN_HITS = {
-    "kill_task": 1,
     "kill_broker": 1,
     "pause_broker": 1,
     "restart_postgres": 1,
