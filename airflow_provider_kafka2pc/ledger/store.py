@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .. import naming
@@ -388,7 +388,7 @@ class Ledger:
             row = _require(conn, export_id, run_key)
             batch_state = BatchState(row.state)
             by_id = {p.transactional_id: p for p in _participants(conn, row)}
-            moved = 0
+            moves: list[tuple[Participant, ParticipantState, str]] = []
             for tid, state, reason in wanted:
                 part = by_id.get(tid)
                 if part is None:
@@ -397,10 +397,12 @@ class Ledger:
                     continue
                 where = f"{label} participant {part.index} ({tid})"
                 check_participant_move(where, part.state, state, batch_state)
-                by_id[tid] = _participant_cas(conn, row, part, where, state, reason, fresh=False)
-                moved += 1
-            log.info("ledger: batch %s recorded %d of %d outcomes", label, moved, len(wanted))
-            return moved
+                moves.append((part, state, reason))
+                by_id[tid] = replace(part, state=state, reason=reason)
+            if moves:
+                _participants_cas(conn, row, label, moves)
+            log.info("ledger: batch %s recorded %d of %d outcomes", label, len(moves), len(wanted))
+            return len(moves)
 
     def replace_participant(
         self, export_id: str, run_key: str, committable: Committable
@@ -690,32 +692,72 @@ def _participant_cas(
     where: str,
     target: ParticipantState,
     reason: str,
-    *,
-    fresh: bool = True,
     **values: Any,
 ) -> Participant:
-    """One participant's compare-and-set. ``fresh`` False: on success, the moved
-    participant is built here rather than read back (one query less per participant when
-    :meth:`Ledger.record_outcomes` moves many; only for moves that set no other column)."""
     cols = participants.c
     expected = (cols.partition_index == part.index, cols.state == part.state.value)
-    when = now()
     result = conn.execute(
         update(participants)
         .where(*_current(batch), *expected)
-        .values(state=target.value, reason=reason, updated_at=when, **values)
+        .values(state=target.value, reason=reason, updated_at=now(), **values)
     )
-    if result.rowcount == 1 and not fresh and not values:
-        log.info("ledger: %s %s -> %s (%s)", where, part.state, target, reason)
-        return replace(part, state=target, reason=reason, updated_at=when)
-    fresh_part = _participant(conn, batch, part.transactional_id)
+    fresh = _participant(conn, batch, part.transactional_id)
     if result.rowcount != 1:
-        if fresh_part.state is target and not values:
-            return fresh_part  # a concurrent writer recorded the same outcome
-        check_participant_move(where, fresh_part.state, target)
-        raise ConflictError(f"{where}: expected {part.state} but found {fresh_part.state}")
+        if fresh.state is target and not values:
+            return fresh  # a concurrent writer recorded the same outcome
+        check_participant_move(where, fresh.state, target)
+        raise ConflictError(f"{where}: expected {part.state} but found {fresh.state}")
     log.info("ledger: %s %s -> %s (%s)", where, part.state, target, reason)
-    return fresh_part
+    return fresh
+
+
+def _participants_cas(
+    conn: Connection,
+    batch: Any,
+    label: str,
+    moves: Sequence[tuple[Participant, ParticipantState, str]],
+) -> None:
+    """Many participants' compare-and-sets as one statement run for each (executemany):
+    built once, where a statement per participant cost more than the database did.
+
+    A participant another writer moved meanwhile (PostgreSQL; SQLite serialises writers)
+    is fine when it holds the same state; anything else raises, and the caller's
+    transaction records none of the moves."""
+    cols = participants.c
+    statement = (
+        update(participants)
+        .where(
+            *_current(batch),
+            cols.partition_index == bindparam("p_index"),
+            cols.state == bindparam("p_from"),
+        )
+        .values(
+            state=bindparam("p_to"),
+            reason=bindparam("p_reason"),
+            updated_at=bindparam("p_when", type_=cols.updated_at.type),
+        )
+    )
+    when = now()
+    rows = [
+        {
+            "p_index": p.index,
+            "p_from": p.state.value,
+            "p_to": t.value,
+            "p_reason": r,
+            "p_when": when,
+        }
+        for p, t, r in moves
+    ]
+    if conn.execute(statement, rows).rowcount != len(rows):
+        found = {p.index: p.state for p in _participants(conn, batch)}
+        for part, target, _ in moves:
+            if found[part.index] is not target:
+                where = f"{label} participant {part.index} ({part.transactional_id})"
+                check_participant_move(where, found[part.index], target)
+                raise ConflictError(f"{where}: expected {part.state} but found {found[part.index]}")
+    for part, target, reason in moves:
+        where = f"{label} participant {part.index} ({part.transactional_id})"
+        log.info("ledger: %s %s -> %s (%s)", where, part.state, target, reason)
 
 
 # -- input checks -----------------------------------------------------------------------------
