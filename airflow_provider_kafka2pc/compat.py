@@ -7,6 +7,9 @@ release of either provider must be checked against this file before the bound mo
 
 from __future__ import annotations
 
+import contextlib
+import urllib.error
+import urllib.request
 from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
@@ -15,6 +18,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import (
 )
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from .errors import ConfigurationError
 
 
 def kafka_client_config(hook: KafkaBaseHook) -> dict[str, Any]:
@@ -66,15 +71,32 @@ def openlineage_injection(operator: SparkSubmitOperator) -> tuple[bool, bool]:
     )
 
 
+def tracks_standalone_driver(hook: SparkSubmitHook) -> bool:
+    """The hook submits to a Spark standalone master in cluster deploy mode: its driver
+    runs on a worker and is tracked by its id (6.x, ``_should_track_driver_status``)."""
+    return bool(hook._should_track_driver_status)
+
+
+def driver_id(hook: SparkSubmitHook) -> str | None:
+    """The id of the driver a standalone cluster-mode submission started (6.x, ``_driver_id``)."""
+    return hook._driver_id
+
+
 def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
     """Run spark-submit and wait for the application to finish, in every deploy mode, as
     ``SparkSubmitOperator.execute`` does with ``durable=False``
     (apache-airflow-providers-apache-spark 6.x: in cluster modes ``submit`` returns once the
     driver is submitted; the operator's backends then track it with these members)."""
     if hook._should_track_driver_status:  # standalone cluster mode
+        _check_rest_endpoint(_status_endpoint(hook._connection))
         hook._driver_id = hook.submit(application)
         try:
-            hook._start_driver_status_tracking()
+            try:
+                hook._start_driver_status_tracking()
+            except Exception:
+                with contextlib.suppress(Exception):  # best effort: an untracked driver
+                    hook.on_kill()  # must not write on
+                raise
             if hook._driver_status != "FINISHED":
                 raise RuntimeError(
                     f"Driver {hook._driver_id} exited with status {hook._driver_status}"
@@ -97,3 +119,45 @@ def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
             hook._run_post_submit_commands()
         return
     hook.submit(application)
+
+
+def _status_endpoint(connection: dict[str, Any]) -> str:
+    """The master's REST server, where the hook polls a standalone cluster-mode driver.
+
+    6.3.4 polls ``rest_endpoint`` (a ``spark`` connection with one master); 6.3.0 to 6.3.3
+    only a master given by its REST port (``:6066``). Otherwise the hook polls with
+    ``spark-submit --status``, which Spark sends to the REST server at the master's RPC
+    address: it never answers (apache/airflow#71881), so it is refused here.
+    """
+    master = str(connection["master"])
+    endpoint = connection.get("rest_endpoint")
+    if endpoint is None and "rest_endpoint" not in connection and master.endswith(":6066"):
+        endpoint = master.replace("spark://", "http://", 1)
+    if endpoint is None:
+        raise ConfigurationError(
+            f"the Spark provider would poll the cluster-mode driver on {master} with "
+            "spark-submit --status, which no standalone master answers "
+            "(apache/airflow#71881), so nothing was submitted: use a spark connection "
+            "with one master and apache-airflow-providers-apache-spark 6.3.4 or later"
+        )
+    return str(endpoint)
+
+
+def _check_rest_endpoint(endpoint: str, timeout_s: float = 30) -> None:
+    """Refuse before submitting when the standalone master's REST server, where the hook
+    polls a cluster-mode driver's status, does not answer. Why: otherwise the task fails
+    after ten missed polls while the driver, submitted, goes on writing transactions
+    nobody decides."""
+    url = f"{endpoint}/v1/submissions/status/kafka2pc-check"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered
+    except OSError as exc:
+        raise ConfigurationError(
+            f"the Spark master's REST server {endpoint} does not answer ({exc}); in cluster "
+            "deploy mode the driver's status is polled there, so nothing was submitted: "
+            "turn it on at the master (spark.master.rest.enabled=true, off by default) and "
+            "give its port as the spark connection's rest-port extra (default 6066)"
+        ) from exc

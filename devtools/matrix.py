@@ -35,13 +35,22 @@ class Path_:
     connect: bool
     jvm: bool  # the session loads the JVM writer
     why_not_jvm: str = ""
+    #: The JVM writer's jars are shipped to it only when asked for by name (writer="jvm").
+    ships_on_request: bool = False
 
 
 PATHS = (
     Path_("submit", "spark-submit, client mode", connect=False, jvm=True),
     Path_("cluster", "spark-submit, cluster mode (standalone)", connect=False, jvm=True),
-    # The JVM writer's jars ship as session artifacts (spark/connect_artifacts.py).
-    Path_("connect", "plain Spark Connect server", connect=True, jvm=True),
+    # The JVM writer's jars ship as session artifacts for writer="jvm" (connect_artifacts.py).
+    Path_(
+        "connect",
+        "plain Spark Connect server",
+        connect=True,
+        jvm=False,
+        why_not_jvm="the server has not the project's jar and kafka-clients on its class path",
+        ships_on_request=True,
+    ),
     Path_("connect-jars", "Spark Connect server with the jars", connect=True, jvm=True),
     Path_("in-job", "prepare_in_job (@task.pyspark)", connect=False, jvm=True),
     Path_("repair", "loss repair (spark-submit)", connect=False, jvm=True),
@@ -168,10 +177,10 @@ _prove(
     "test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_server",
 )
 _prove(
-    ("topic_column + topics (several topics)", "value_column", "writer auto"),
+    ("topic_column + topics (several topics)", "value_column", "writer jvm"),
     ("connect",),
     "tests/airflow/test_connect_artifacts.py::"
-    "test_auto_on_a_plain_server_ships_the_jars_and_writes_several_topics_with_the_jvm_writer",
+    "test_the_jvm_writer_on_a_plain_server_ships_the_jars_and_writes_several_topics",
 )
 _prove(
     (
@@ -227,8 +236,15 @@ _prove(
 )
 
 
+_prove(
+    ("topic", "key_column", "writer auto", "partitioning auto"),
+    ("cluster",),
+    "tests/airflow/test_export_cluster_mode.py::test_cluster_deploy_mode_commits_exactly_once",
+)
+
+
 def facts(path: Path_, spec: ExportSpec) -> WriterFacts:
-    if path.jvm:
+    if path.jvm or (path.ships_on_request and spec.writer == "jvm"):
         return WriterFacts(connect=path.connect, jvm_version="4.4.0")
     return WriterFacts(connect=path.connect, jvm_refused=ConfigurationError(path.why_not_jvm))
 

@@ -30,7 +30,7 @@ from ..errors import (
     RepairImpossibleError,
 )
 from ..ledger import Batch, Participant
-from ..spark import APPLICATION
+from ..spark import APPLICATION, PROJECT_JAR
 from ..spark.class_sharing import driver_archive
 from ..spark.failure import JobFailure, failure_uri
 from ..spark.job import (
@@ -50,6 +50,10 @@ from ..version_compat import AirflowException, AirflowNotFoundException
 from .kafka2pc import Kafka2pcHook
 from .registry import SchemaRegistryHook
 from .spark_connect import CONNECT, prepare_on_connect, spark_mode
+
+#: Spark's JVM main class that runs a Python application (a driver in standalone cluster
+#: mode, where spark-submit takes no Python file).
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 
 
 def _safe(text: str) -> str:
@@ -200,13 +204,14 @@ class SparkJobHook(BaseHook):
                 label,
                 *repair_argv(repair),
             ]
+            _remove(failure_uri(manifest))  # an earlier try's, under a manifest_dir
             try:
                 self._submit(application_args)
             except (AirflowException, RuntimeError) as exc:
                 failure = _failure(manifest)
                 if failure is None:
                     raise
-                raise failure.exception(" (raised by the Spark job; its log is above)") from exc
+                raise failure.exception(self._where_the_log_is()) from exc
 
     def _submit(self, application_args: list[str]) -> None:
         """spark-submit of the application with ``application_args``, waited for."""
@@ -221,8 +226,22 @@ class SparkJobHook(BaseHook):
         ) as archive:
             # A fresh hook per run: it is built from this run's arguments.
             self._running = self.submit_hook(application_args, archive.conf)
-            compat.submit_and_wait(self._running, self.application)
+            primary = self.application
+            if compat.tracks_standalone_driver(self._running):
+                primary = PROJECT_JAR  # the driver's jar: PYTHON_RUNNER runs the application
+            compat.submit_and_wait(self._running, primary)
             archive.publish()
+
+    def _where_the_log_is(self) -> str:
+        """Where a failed run's log is: spark-submit's output above, or, for a driver on a
+        standalone worker (cluster deploy mode), that driver's directory on the worker."""
+        running = self._running
+        if running is not None and compat.tracks_standalone_driver(running):
+            return (
+                f" (raised by the Spark job, driver {compat.driver_id(running)}; its log is in "
+                "that driver's directory on the Spark worker that ran it)"
+            )
+        return " (raised by the Spark job; its log is above)"
 
     def submit_hook(self, application_args: list[str], conf: dict[str, str]) -> SparkSubmitHook:
         """The Spark provider's hook for one spark-submit of the application, built afresh.
@@ -236,15 +255,26 @@ class SparkJobHook(BaseHook):
             job.spark_conn_id
         ):
             submit["spark_binary"] = spark_submit_binary()
-        return SparkSubmitHook(
-            conf=conf,
-            conn_id=job.spark_conn_id,
-            name=job.name,
-            application_args=application_args,
-            env_vars=job.env_dict() or None,
-            yarn_rm_auth=self.yarn_rm_auth,
-            **submit,
-        )
+
+        def build(args: list[str], **more: Any) -> SparkSubmitHook:
+            return SparkSubmitHook(
+                conf=conf,
+                conn_id=job.spark_conn_id,
+                name=job.name,
+                application_args=args,
+                env_vars=job.env_dict() or None,
+                yarn_rm_auth=self.yarn_rm_auth,
+                **{**submit, **more},
+            )
+
+        hook = build(application_args)
+        if not compat.tracks_standalone_driver(hook):
+            return hook
+        # Standalone cluster mode: spark-submit refuses a Python application there ("not
+        # supported for python applications on standalone clusters"), not a JVM main
+        # class; Spark's own runner of Python applications is one (its arguments: the
+        # file, the extra Python files, then the application's).
+        return build([self.application, "", *application_args], java_class=PYTHON_RUNNER)
 
     def on_connect(self) -> bool:
         return spark_mode(self.job.spark_conn_id, self.job.spark_mode) == CONNECT
@@ -323,6 +353,22 @@ def _failure(manifest: str) -> JobFailure | None:
         return JobFailure.from_json(_read_text(failure_uri(manifest)))
     except (OSError, ValueError):
         return None
+
+
+def _remove(uri: str) -> None:
+    """Remove ``uri`` where it exists (a stale failure must not be raised for a new run)."""
+    local = local_path(uri)
+    try:
+        if local is not None:
+            local.unlink(missing_ok=True)
+        else:
+            from airflow.sdk import ObjectStoragePath
+
+            path = ObjectStoragePath(uri)
+            if path.exists():
+                path.unlink()
+    except OSError:  # unreadable storage: the job's own write will say so
+        pass
 
 
 def _read_text(uri: str) -> str:

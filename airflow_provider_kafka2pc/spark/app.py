@@ -50,7 +50,12 @@ from airflow_provider_kafka2pc.errors import (
     PermanentError,
     SourceChangedError,
 )
-from airflow_provider_kafka2pc.spark.export_spec import ExportSpec, add_arguments, from_arguments
+from airflow_provider_kafka2pc.spark.export_spec import (
+    ExportSpec,
+    add_arguments,
+    from_arguments,
+    json_object,
+)
 from airflow_provider_kafka2pc.spark.failure import JobFailure, failure_uri
 from airflow_provider_kafka2pc.spark.job import local_path
 from airflow_provider_kafka2pc.spark.partitionings import AUTO_PARTITIONING
@@ -75,16 +80,6 @@ def _indexes(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object: {exc}") from None
-    if not isinstance(data, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object")
-    return data
 
 
 def by_source_splits(spark: SparkSession, spec: ExportSpec, args: argparse.Namespace) -> None:
@@ -147,7 +142,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     repair.add_argument(
         "--source-splits",
-        type=_json_object,
+        type=json_object,
         help="a source-split prepare's recorded split settings, counts and input fingerprint "
         "(a JSON object, the ledger's record)",
     )

@@ -97,19 +97,23 @@ def remote_session(url: str, app_name: str, conf: Mapping[str, str] | None = Non
             os.environ[CONNECT_MODE] = mode
 
 
-#: How long the client keeps retrying a server it lost (about 45 s with the backoff below).
-#: PySpark's default is at least 10 minutes, made for servers that restart; a prepare whose
-#: server died has lost its session and its executors, and its open transactions hold back
-#: read_committed consumers until the abort task fences them: fail soon instead.
+#: How long the client keeps retrying a server it lost: the backoff 0.05, 0.2, 0.8, 3.2, then
+#: 10 s (plus up to 0.5 s of jitter each from 3.2 s on) for 8 retries, about 45 s. PySpark's
+#: default (15 retries up to 60 s apart) is at least 10 minutes, made for servers that
+#: restart under a client that can start over. A prepare cannot: its session, artifacts
+#: and execution live in the server's memory, and a restarted server has none of them; a
+#: wait helps only while a server that is still running is unreachable (a proxy or a load
+#: balancer that drops the connection), and the execution it keeps is reattached. The
+#: window is short beside the transactions' timeout (15 min by default), which is the hard
+#: bound (the broker aborts them then), because open transactions hold back
+#: read_committed consumers until the abort task fences them (docs/spark-connect.md).
 RETRIES, MAX_BACKOFF_MS = 8, 10_000
 
 
 def _bound_retries(spark: Any) -> None:
-    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from .connect_retries import LostServerPolicy
 
-    spark.client.set_retry_policies(
-        [DefaultPolicy(max_retries=RETRIES, max_backoff=MAX_BACKOFF_MS)]
-    )
+    spark.client.set_retry_policies([LostServerPolicy(RETRIES, MAX_BACKOFF_MS)])
 
 
 def ship_settings(spark: Any, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -250,13 +250,14 @@ def _flags(f: Any, value: Any) -> list[str]:
     return [_flag(f), str(value)]
 
 
-def _json_format(text: str) -> dict[str, Any]:
+def json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object (a registry format's options, a recorded split)."""
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object of options: {exc}") from None
+        raise argparse.ArgumentTypeError(f"expected a JSON object: {exc}") from None
     if not isinstance(data, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object of options")
+        raise argparse.ArgumentTypeError("expected a JSON object")
     return data
 
 
@@ -284,7 +285,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 "int": int,
                 "float": float,
                 "list": _comma_list,
-                "format": _json_format,
+                "format": json_object,
             }.get(kind, str)
         if "choices" in f.metadata:
             options["choices"] = f.metadata["choices"]

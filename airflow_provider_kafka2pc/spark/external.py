@@ -7,14 +7,14 @@ hands the run's parameters to the job; the user's script reads its source and ca
 :func:`prepare_in_job`, which writes one open transaction per partition and the manifest;
 a *record* task reads the manifest into the ledger. Decide, commit and abort follow as
 in every export. The parameters hold no secret: the script brings the Kafka settings from
-its platform's secret store.
+its platform's secret store (and the schema registry's, with a registry format)::
 
     from airflow_provider_kafka2pc.spark.external import prepare_in_job
 
     def main(spark, parameters):           # parameters: the lease task's XCom (a dict)
         df = spark.read.parquet("s3://bucket/orders/day=...")
-        prepare_in_job(df, parameters, producer_config={"bootstrap.servers": ..., ...},
-                       registry={"url": ...})   # with a registry format
+        prepare_in_job(df, parameters, producer_config={"bootstrap.servers": ...},
+                       registry={"url": ...})
 """
 
 from __future__ import annotations

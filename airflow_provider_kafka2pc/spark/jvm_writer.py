@@ -34,7 +34,7 @@ from ..errors import BrokerFetchError, ConfigurationError
 from .alignment import JAR
 from .connect import FILE_SETTINGS, is_connect
 from .connect_artifacts import ensure_jvm_writer
-from .connect_jvm import connect_jvm_write
+from .connect_jvm import connect_jvm_write, probe
 from .jvm_settings import java_producer_settings
 from .maven import fetch_jar
 from .writers import AUTO_WRITER as AUTO
@@ -148,9 +148,12 @@ def choose_writer(
     ``auto`` takes the JVM writer wherever it applies: no ``on_batch`` hook (it runs in
     Python workers), and a JVM that loads our jar and kafka-clients: on a classic session
     (``connect`` False) the driver's (:func:`ensure_on_classpath`), on Spark Connect the
-    server's: from its class path, else shipped with the session as artifacts
-    (:func:`.connect_artifacts.ensure_jvm_writer`); else the Python writer, and why. An
-    explicit ``jvm`` that cannot load them fails with the jars it needs.
+    server's, from its class path (``--jars``); else the Python writer, and why. An
+    explicit ``jvm`` on a Connect server without them ships them with the session as
+    artifacts (:func:`.connect_artifacts.ensure_jvm_writer`); ``auto`` does not: measured
+    on a warm plain server, shipping them (about 11 MB per session, and their classes
+    loaded afresh) cost what the JVM writer saves (docs/spark-connect.md). An explicit
+    ``jvm`` that cannot load them fails with the jars it needs.
     """
     writer = check_writer(writer)
     if writer == PYTHON:
@@ -159,13 +162,13 @@ def choose_writer(
         if on_batch:
             return PYTHON, "an on_batch hook runs in Python workers", None
         try:
-            return JVM, None, _loaded(spark, connect)
+            return JVM, None, load_jvm_writer(spark, connect, ship=False)
         except (ConfigurationError, BrokerFetchError) as exc:
             return PYTHON, f"the JVM writer cannot load here: {exc}", None
     if on_batch:
         raise ConfigurationError("on_batch runs in Python workers: writer='python' only")
     try:
-        return JVM, None, _loaded(spark, connect)
+        return JVM, None, load_jvm_writer(spark, connect, ship=True)
     except ConfigurationError as exc:
         if not connect:
             raise
@@ -183,8 +186,15 @@ def connect_files(config: Mapping[str, Any]) -> list[str]:
     )
 
 
-def _loaded(spark: SparkSession, connect: bool) -> str:
+def load_jvm_writer(spark: SparkSession, connect: bool, *, ship: bool = True) -> str:
+    """The kafka-clients version the session loads the JVM writer with; on Spark Connect,
+    with ``ship``, the jars shipped as session artifacts where the server lacks them.
+
+    :raises ConfigurationError: it cannot load them (here, or without shipping them).
+    """
     if connect:
+        if not ship:
+            return probe(spark, KAFKA_CLIENTS)
         return ensure_jvm_writer(spark, KAFKA_CLIENTS, kafka_clients_jar)
     return ensure_on_classpath(spark)
 

@@ -32,7 +32,7 @@ from .alignment import Alignment, register_key_hash, why_not_aligned
 from .connect import is_connect
 from .export_spec import ExportSpec
 from .job import Repair
-from .jvm_writer import AUTO, JVM, PYTHON, choose_writer, connect_files, producer_settings
+from .jvm_writer import AUTO, JVM, PYTHON, connect_files, load_jvm_writer, producer_settings
 from .partitionings import AUTO_PARTITIONING, check_partitioning
 from .source_splits import SPLIT_SETTINGS, SourceSplits, pin_settings, why_not_splittable
 
@@ -213,7 +213,8 @@ def _writer_facts(
     except ConfigurationError as exc:
         return WriterFacts(connect, on_batch, settings_refused=str(exc)), None
     try:
-        _, _, version = choose_writer(spark, JVM, connect=connect, on_batch=False)
+        # auto probes; an explicit jvm also ships the jars to a Connect server that lacks them
+        version = load_jvm_writer(spark, connect, ship=spec.writer == JVM)
     except Exception as exc:  # ConfigurationError, BrokerFetchError: kept for decide_writer
         return WriterFacts(connect, on_batch, jvm_refused=_unprefixed(exc)), settings
     return WriterFacts(connect, on_batch, jvm_version=version), settings

@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 
 from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
+from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once
 
@@ -311,3 +312,67 @@ def make_rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
         )
 
     yield build
+
+
+# -- several topics in one export ---------------------------------------------------------
+
+
+def routed_options(topics: list[str], rows: int = ROWS) -> dict[str, Any]:
+    """``rig.start`` arguments of a multi-topic export: the orders source with a ``route``
+    column sending order ``id`` to ``topics[id % n]`` (``topic_column`` + ``topics``)."""
+    sql = dagtest.orders_source(rows)["sql"]
+    names = ", ".join(f"'{t}'" for t in topics)
+    route = f", element_at(array({names}), CAST(id % {len(topics)} + 1 AS INT)) AS route FROM"
+    return {
+        "topic": None,
+        "options": {
+            "source": {"sql": sql.replace(" FROM", route, 1)},
+            "topic_column": "route",
+            "topics": list(topics),
+        },
+    }
+
+
+def keys_per_topic(rig: FaultRig, topics: list[str], day: int) -> dict[str, set[bytes]]:
+    """Each topic's record keys of interval ``day`` (as :func:`routed_options` routes)."""
+    return {
+        topic: {k for k in rig.source_keys(day) if int(k) % len(topics) == i}
+        for i, topic in enumerate(topics)
+    }
+
+
+def assert_exported_once_per_topic(
+    protocol: KafkaProtocol,
+    bootstrap: str,
+    rig: FaultRig,
+    topics: list[str],
+    day: int,
+    *,
+    aborted: dict[str, int] | None = None,
+) -> None:
+    """:func:`assert_exported_once` on every topic of a multi-topic export: the audit and a
+    read_committed consumer agree on each topic's own keys, once; the batch COMMITTED,
+    nothing leased, nothing Ongoing under its prefix."""
+    for topic, keys in keys_per_topic(rig, topics, day).items():
+        _, seen = assert_exactly_once(
+            protocol,
+            bootstrap,
+            topic,
+            committed=len(keys),
+            aborted=None if aborted is None else aborted[topic],
+        )
+        assert set(seen.keys) == keys, f"{topic}: committed keys are not its source keys"
+    with rig.ledger() as store:
+        batch = store.get(rig.export_id, rig.run_key(day))
+        assert batch is not None and batch.state is BatchState.COMMITTED, batch
+        held = [lease for lease in store.leases() if lease.leased]
+    assert held == [], held
+    assert protocol.list_transactions(prefix=batch.id_prefix, states=["Ongoing"]) == []
+
+
+def open_and_aborted(protocol: KafkaProtocol, topics: list[str]) -> dict[str, dict[str, int]]:
+    """Per topic, the audit's open and aborted records now."""
+    return {
+        t: {k: audit_topic(protocol, t, duplicates=True).totals[k] for k in ("open", "aborted")}
+        for t in topics
+    }

@@ -99,6 +99,23 @@ def with_test_jar(conf: dict[str, str]) -> dict[str, str]:
     return {**conf, "spark.jars": ",".join([*jars, str(jvm_test_jar())])}
 
 
+def spark_holds(fault_dir: str, partition: int) -> type:
+    """Like :func:`spark_dies`, but the Python writer's ``partition`` holds after its first
+    batch (``spark-hold.reached``) until the test says ``spark-hold.go``, then writes on."""
+    marker = str(Path(fault_dir) / "spark-hold.reached")
+    fault = ["--fault", "hold", "--fault-partition", str(partition), "--fault-marker", marker]
+
+    class SparkHoldsPrepare(SparkKafkaPrepareOperator):
+        def spark_hook(self, job: Any, kafka: Any = None) -> Any:
+            hook = super().spark_hook(job, kafka)
+            hook.application = FAULT_APP
+            build = hook.submit_hook
+            hook.submit_hook = lambda args, conf: build([*fault, "--", *args], conf)
+            return hook
+
+    return SparkHoldsPrepare
+
+
 # -- the Airflow task process killed ------------------------------------------------------
 
 
@@ -301,6 +318,7 @@ FACTORIES: dict[str, Callable[..., type]] = {
     f.__name__: f
     for f in (
         spark_dies,
+        spark_holds,
         decide_dies_before_verdict,
         decide_dies_after_verdict,
         commit_dies_after,

@@ -14,7 +14,10 @@ records are then in the log, in an open transaction), writes ``FILE`` and dies b
   whole prepare job dies with the partitions before ``P`` prepared and left open (run it
   on ``local[1]``: partitions then run one after the other, in order);
 - ``pause``: it writes ``FILE`` (with its pid) and waits, up to two minutes, for the test
-  to kill it from outside (a Spark standalone worker killed mid-prepare).
+  to kill it from outside (a Spark standalone worker killed mid-prepare);
+- ``hold``: it writes ``FILE`` (``<point>.reached``) and waits, up to two minutes, for
+  ``<point>.go``, then writes on: the test breaks something mid-write meanwhile (a topic's
+  leader killed), and the rest of the partition's batches meet it.
 
 The fault fires once: when ``FILE`` exists nothing dies. Kept free of the ``tests``
 package: its functions are pickled by value to the Python workers.
@@ -68,6 +71,13 @@ def die_at(kind: str, fault_partition: int, marker: str, partition: int, attempt
         Path(marker).write_text(json.dumps({**facts, "pid": os.getpid()}))
         time.sleep(120)  # the test kills this worker's machine meanwhile
         return
+    if kind == "hold":
+        Path(marker).write_text(json.dumps({**facts, "pid": os.getpid()}))
+        go = Path(marker.removesuffix(".reached") + ".go")
+        deadline = time.monotonic() + 120
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return
     victim = os.getpid() if kind == "worker" else _jvm_of_this_worker()
     Path(marker).write_text(json.dumps({**facts, "victim": victim}))
     os.kill(victim, signal.SIGKILL)
@@ -83,8 +93,15 @@ JVM_FAULT_HOOK = "kafka2pc.faults.Fault"
 
 
 def _jvm_writer(argv: list[str]) -> bool:
-    """The application runs the JVM writer: ``--writer jvm``, or ``auto`` (the default)."""
-    writer = argv[argv.index("--writer") + 1] if "--writer" in argv else "auto"
+    """The application runs the JVM writer: the spec's (``--spec-file``, as the prepare task
+    passes it) or ``--writer`` ``jvm``, or ``auto`` (the default)."""
+    import json
+
+    if "--spec-file" in argv:
+        with open(argv[argv.index("--spec-file") + 1]) as spec:
+            writer = json.load(spec).get("writer", "auto")
+    else:
+        writer = argv[argv.index("--writer") + 1] if "--writer" in argv else "auto"
     return writer in ("jvm", "auto")
 
 
@@ -102,7 +119,7 @@ def with_jvm_fault(prepare_dataframe, fault: str):
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="spark_fault_app")
-    parser.add_argument("--fault", choices=("worker", "driver", "pause"), required=True)
+    parser.add_argument("--fault", choices=("worker", "driver", "pause", "hold"), required=True)
     parser.add_argument("--fault-partition", type=int, required=True)
     parser.add_argument("--fault-marker", required=True)
     ours, rest = parser.parse_known_args(argv)

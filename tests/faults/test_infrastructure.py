@@ -10,15 +10,17 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker import KafkaBroker
-from tests.conftest import TEST_BROKER_CONFIG, audit, unique_id
-from tests.faults.conftest import ROWS, assert_exported_once
+from tests.conftest import TEST_BROKER_CONFIG, assert_exactly_once, audit, unique_id
+from tests.faults.conftest import BOTH_WRITERS, ROWS, assert_exported_once
 from tests.support.postgres import (
     INSTALL_HINT,
     POSTGRES_URL_ENV,
@@ -130,6 +132,74 @@ def test_broker_unreachable_during_the_commit_then_back_commits_exactly_once(
     assert done.result["committed"]["records_now"] == ROWS
     with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
         assert_exported_once(protocol, bootstrap, rig, DAY, aborted=0)
+
+
+#: How long a writer holds on to an unreachable broker with the export's defaults: its
+#: delivery bound, min(60 s, half the transaction timeout) (``spark/jvm_settings.py``, the
+#: Python writer's ``message.timeout.ms``); the Python writer then tries its own abort for
+#: up to a request timeout (30 s) against the same broker (``transaction/writer.py``), the
+#: JVM writer does not wait (measured: it failed 60.4 s after the cut, the Python one 90.5 s).
+WRITER_BOUND_S = {
+    "auto": defaults.DELIVERY_TIMEOUT_MS / 1000,
+    "python": (defaults.DELIVERY_TIMEOUT_MS + defaults.REQUEST_TIMEOUT_MS) / 1000,
+}
+#: The job's failure and the driver's log line past the producers' (measured 0.9 s), on a
+#: busy machine.
+PREPARE_SLACK_S = 20.0
+
+
+def written_bytes(broker_dir: Path, topic: str) -> int:
+    """What the broker's log holds of ``topic``: read off its files, through no client."""
+    return sum(p.stat().st_size for p in broker_dir.rglob(f"{topic}-*/*.log"))
+
+
+def logged_at(log: Path, text: str) -> float | None:
+    """When the first line of ``log`` holding ``text`` was logged (epoch seconds)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if text in line:
+            return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
+    return None
+
+
+@BOTH_WRITERS
+def test_broker_unreachable_while_the_prepare_writes_fails_it_within_the_writer_bound(
+    proxied_broker, make_rig, tmp_path, writer
+):
+    """The cut lands mid-write (records in the log, their transactions open): the
+    prepare fails within its writer's bound (:data:`WRITER_BOUND_S`); once the broker is back, the
+    decision (ABORT) and the abort task fence the ids, nothing stays open."""
+    _, proxy = proxied_broker
+    settings = {"bootstrap.servers": f"127.0.0.1:{proxy.port}"}
+    topic = new_topic(settings)
+    rig = make_rig(settings=settings, topic=topic)
+    # 300,000 rows: a write of about a minute on 2 cores, for the cut to land inside it.
+    child = rig.start(DAY, rows=300_000, options={"writer": writer})
+    deadline = time.monotonic() + 300
+    while written_bytes(tmp_path / "kafka", topic) == 0 and time.monotonic() < deadline:
+        assert child.alive(), child.wait().tail()
+        time.sleep(0.05)
+    proxy.set_mode(Mode.DROP)  # every connection closed, new ones refused
+    cut = time.time()
+    failed = None
+    while failed is None and time.time() < cut + 300:
+        failed = logged_at(child.log, "the prepare job failed")
+        time.sleep(0.2)
+    proxy.set_mode(Mode.PASS)  # back, so that the decision and the abort can fence
+    done = child.wait()
+
+    assert proxy.dropped > 0, "the prepare held no connection when the proxy dropped"
+    assert failed is not None, done.tail()
+    print(f"the prepare failed {failed - cut:.1f} s after the cut")
+    assert failed - cut <= WRITER_BOUND_S[writer] + PREPARE_SLACK_S, (failed - cut, done.tail())
+    assert done.state == "failed", done.tail()
+    assert done.tasks["prepare"] == "failed" and done.tasks["decide"] == "success"
+    batch = rig.batch(DAY)
+    assert batch.state is BatchState.ABORTED and batch.verdict is Verdict.ABORT
+    assert sorted(done.result["aborted"]["fenced"]) == sorted(batch.transactional_ids)
+    with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
+        assert protocol.list_transactions(prefix=batch.id_prefix, states=["Ongoing"]) == []
+        report, _ = assert_exactly_once(protocol, settings["bootstrap.servers"], topic, committed=0)
+    assert report.totals["aborted"] > 0  # the cut came mid-write
 
 
 # -- the ledger database restarted mid-run -----------------------------------------------------

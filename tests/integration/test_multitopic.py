@@ -14,7 +14,10 @@ from contextlib import nullcontext
 import pytest
 from pyspark.sql import SparkSession
 
+from airflow_provider_kafka2pc import naming
+from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.errors import ConfigurationError, PrepareError
+from airflow_provider_kafka2pc.ledger import BatchState, Ledger
 from airflow_provider_kafka2pc.spark import prepare_dataframe
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED, HASH, Manifest
@@ -111,10 +114,24 @@ def test_rows_routed_among_topics_commit_exactly_once_per_topic(
 
 @WRITERS
 def test_a_failing_participant_leaves_nothing_visible_in_any_topic(
-    spark, settings, bootstrap, protocol, make_topic, writer
+    spark, settings, bootstrap, protocol, make_topic, writer, tmp_path
 ):
+    """The prepare fails after other participants prepared into both topics; the
+    coordinator's own abort (what the export's abort task runs: verdict ABORT, then every
+    leased id without a committable fenced) leaves nothing visible or open in any topic.
+    The test fences nothing itself."""
     topics = [make_topic(2), make_topic(3)]
-    leased = ids(3)
+    export, run = unique_id("multi-export"), "2026-11-01"
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    batch = ledger.begin(
+        export,
+        run,
+        topic=topics[0],
+        topics=topics,
+        id_prefix=naming.default_prefix(export),
+        num_partitions=3,
+    )
+    leased = list(batch.transactional_ids)
 
     def partition_2_always_fails(partition: int, attempt: int, rows: int) -> None:
         if partition == 2:
@@ -133,9 +150,12 @@ def test_a_failing_participant_leaves_nothing_visible_in_any_topic(
             writer=writer,
         )
     assert sum(audit(protocol, t).totals["open"] for t in topics) > 0  # others had prepared
-    controller = TransactionController(protocol)
-    for tid in leased:
-        controller.fence(tid)
+    with ledger:
+        finished = Coordinator(ledger, TransactionController(protocol)).abort(
+            export, run, "the prepare failed"
+        )
+    assert finished.batch.state is BatchState.ABORTED
+    assert sorted(finished.fenced) == sorted(leased)  # no committable was recorded
     for topic in topics:
         report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
         assert report.totals["aborted"] > 0, report.to_dict()  # each topic had records

@@ -14,19 +14,12 @@ from typing import Any
 
 
 @dataclass
-class FinalState:
-    """Everything the checker judges, as plain data (it goes into the history)."""
+class TopicState:
+    """One topic's witnesses: what each interval must have there, and what was seen."""
 
-    #: The interval days (``yyyymmdd``) the soak exported.
-    days: list[str]
-    rows_per_day: int
-    partitions: int
-    #: day -> final DAG run state
-    run_states: dict[str, str]
-    #: day -> (batch state, source rows, participants) or None when the ledger has none
-    batches: dict[str, tuple[str, int | None, int] | None]
-    #: run keys of batches in the ledger that are no interval of the soak
-    other_batches: list[str]
+    topic: str
+    #: day -> records this topic must hold of that interval
+    expected: dict[str, int]
     #: the log audit's totals (committed, aborted, open, non_transactional) and extra copies
     audit: dict[str, int]
     #: the log audit's committables that are not COMMITTED and complete
@@ -37,15 +30,38 @@ class FinalState:
     #: Kafka's Java console consumer: records and key -> copies (None if it did not run)
     java_records: int | None
     java_keys: dict[str, int] = field(default_factory=dict)
-    #: transactions of the export still open on the broker, ids still leased
-    open_transactions: list[str] = field(default_factory=list)
-    leased: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         state = asdict(self)
         # Keys are many; the history keeps their counts, not the keys themselves.
         state["visible"] = {"records": sum(self.visible.values()), "keys": len(self.visible)}
         state["java_keys"] = {"keys": len(self.java_keys)}
+        return state
+
+
+@dataclass
+class FinalState:
+    """Everything the checker judges, as plain data (it goes into the history)."""
+
+    #: The interval days (``yyyymmdd``) the soak exported -> the export that exported it.
+    days: dict[str, str]
+    rows_per_day: int
+    partitions: int
+    #: day -> final DAG run state
+    run_states: dict[str, str]
+    #: day -> (batch state, source rows, participants) or None when the ledger has none
+    batches: dict[str, tuple[str, int | None, int] | None]
+    #: "<export> <run key>" of batches in the ledger that are no interval of that export
+    other_batches: list[str]
+    #: every topic of every export, each with both witnesses (and the Java one)
+    topics: list[TopicState]
+    #: transactions of the exports still open on the broker, ids still leased
+    open_transactions: list[str] = field(default_factory=list)
+    leased: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        state = asdict(self)
+        state["topics"] = [t.to_dict() for t in self.topics]
         return state
 
 
@@ -57,65 +73,92 @@ def _per_day(keys: dict[str, int]) -> tuple[Counter[str], list[str]]:
     return days, sorted(k for k, n in keys.items() if n > 1)
 
 
-def find_anomalies(state: FinalState) -> list[str]:
-    """Every way ``state`` is not exactly once, first the gravest: duplicates and losses
-    seen by the consumers, then the audit, then the ledger and the leftovers."""
+def _consumer_anomalies(topic: TopicState) -> list[str]:
+    """Duplicates and losses seen by the consumers of one topic."""
     found: list[str] = []
-    expected = state.rows_per_day * len(state.days)
     for name, keys in (
-        ("read_committed consumer", state.visible),
-        ("Java console consumer", state.java_keys),
+        ("read_committed consumer", topic.visible),
+        ("Java console consumer", topic.java_keys),
     ):
-        if name.startswith("Java") and state.java_records is None:
+        if name.startswith("Java") and topic.java_records is None:
             continue
         per_day, twice = _per_day(keys)
         if twice:
-            found.append(f"{name}: {len(twice)} keys more than once, first {twice[0]}")
-        for day in state.days:
-            if per_day.get(day, 0) != state.rows_per_day:
+            found.append(
+                f"{topic.topic}: {name}: {len(twice)} keys more than once, first {twice[0]}"
+            )
+        for day, rows in sorted(topic.expected.items()):
+            if per_day.get(day, 0) != rows:
                 found.append(
-                    f"{name}: interval {day} has {per_day.get(day, 0)} records, "
-                    f"not {state.rows_per_day}"
+                    f"{topic.topic}: {name}: interval {day} has {per_day.get(day, 0)} records, "
+                    f"not {rows}"
                 )
-        strays = sorted(set(per_day) - set(state.days))
+        strays = sorted(set(per_day) - set(topic.expected))
         if strays:
-            found.append(f"{name}: records of no exported interval: {strays}")
-    if state.java_records is not None and state.java_records != expected:
-        found.append(f"Java console consumer: {state.java_records} records, not {expected}")
-    if state.stalled:
-        found.append(f"read_committed consumer stalled on {state.stalled}")
-    audit = state.audit
+            found.append(f"{topic.topic}: {name}: records of no interval exported here: {strays}")
+    expected = sum(topic.expected.values())
+    if topic.java_records is not None and topic.java_records != expected:
+        found.append(
+            f"{topic.topic}: Java console consumer: {topic.java_records} records, not {expected}"
+        )
+    if topic.stalled:
+        found.append(f"{topic.topic}: read_committed consumer stalled on {topic.stalled}")
+    return found
+
+
+def _audit_anomalies(topic: TopicState) -> list[str]:
+    found: list[str] = []
+    audit, expected, name = topic.audit, sum(topic.expected.values()), topic.topic
     if audit.get("committed") != expected:
-        found.append(f"log audit: {audit.get('committed')} records committed, not {expected}")
+        found.append(
+            f"{name}: log audit: {audit.get('committed')} records committed, not {expected}"
+        )
     if audit.get("extra_copies"):
-        found.append(f"log audit: {audit['extra_copies']} duplicate committed copies")
+        found.append(f"{name}: log audit: {audit['extra_copies']} duplicate committed copies")
     if audit.get("open"):
-        found.append(f"log audit: {audit['open']} records in open transactions")
+        found.append(f"{name}: log audit: {audit['open']} records in open transactions")
     if audit.get("non_transactional"):
-        found.append(f"log audit: {audit['non_transactional']} records outside any transaction")
-    if state.audit_unfinished:
-        found.append(f"log audit: committables not committed in full: {state.audit_unfinished}")
-    for day in state.days:
+        found.append(
+            f"{name}: log audit: {audit['non_transactional']} records outside any transaction"
+        )
+    if topic.audit_unfinished:
+        found.append(
+            f"{name}: log audit: committables not committed in full: {topic.audit_unfinished}"
+        )
+    return found
+
+
+def find_anomalies(state: FinalState) -> list[str]:
+    """Every way ``state`` is not exactly once, first the gravest: duplicates and losses
+    seen by the consumers (every topic), then the audit, then the ledger and the leftovers."""
+    found: list[str] = []
+    for topic in state.topics:
+        found += _consumer_anomalies(topic)
+    for topic in state.topics:
+        found += _audit_anomalies(topic)
+    for day, export in sorted(state.days.items()):
         batch = state.batches.get(day)
         if batch is None:
-            found.append(f"ledger: no batch for interval {day}")
+            found.append(f"ledger: no batch for interval {day} ({export})")
             continue
         batch_state, source_rows, participants = batch
         if batch_state != "COMMITTED":
-            found.append(f"ledger: interval {day} is {batch_state}, not COMMITTED")
+            found.append(f"ledger: interval {day} ({export}) is {batch_state}, not COMMITTED")
         if source_rows != state.rows_per_day:
-            found.append(f"ledger: interval {day} has {source_rows} source rows")
+            found.append(f"ledger: interval {day} ({export}) has {source_rows} source rows")
         if participants != state.partitions:
-            found.append(f"ledger: interval {day} has {participants} participants")
+            found.append(f"ledger: interval {day} ({export}) has {participants} participants")
     if state.other_batches:
         found.append(f"ledger: batches of no exported interval: {state.other_batches}")
     if state.open_transactions:
         found.append(f"broker: transactions still open: {state.open_transactions}")
     if state.leased:
         found.append(f"ledger: ids still leased: {state.leased}")
-    for day in state.days:
+    for day, export in sorted(state.days.items()):
         if state.run_states.get(day) != "success":
-            found.append(f"Airflow: the run of interval {day} is {state.run_states.get(day)}")
+            found.append(
+                f"Airflow: the run of interval {day} ({export}) is {state.run_states.get(day)}"
+            )
     return found
 
 

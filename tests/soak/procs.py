@@ -2,8 +2,10 @@
 
 Airflow 3's LocalExecutor runs each task in a supervisor that forks the task runner, whose
 process title is ``airflow worker -- <task instance id>``; the prepare task's
-``spark-submit`` JVM (``org.apache.spark.deploy.SparkSubmit``) is its descendant, and so
-are Spark's Python workers (``pyspark.daemon`` and the workers it forks).
+``spark-submit`` JVM (``org.apache.spark.deploy.SparkSubmit``) is its descendant: in local
+mode it is the driver and hosts the executors, so the JVM writer's producers are threads of
+it. Spark's Python workers (``pyspark.daemon`` and the workers it forks) exist only under
+the Python writer (or a Python source).
 """
 
 from __future__ import annotations
@@ -64,11 +66,12 @@ def task_runners(table: dict[int, Proc]) -> dict[str, Proc]:
     return runners
 
 
-def spark_drivers(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
+def spark_jvms(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
+    """The spark-submit JVMs below a prepare task (driver and, in local mode, executors)."""
     return [p for p in descendants(runner.pid, table) if "SparkSubmit" in p.cmdline]
 
 
-def spark_workers(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
+def python_workers(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
     """Spark's Python workers below a prepare task: forks of ``pyspark.daemon`` first
     (they write the partitions), the daemon itself otherwise."""
     below = [p for p in descendants(runner.pid, table) if "pyspark.daemon" in p.cmdline]

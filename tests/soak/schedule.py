@@ -15,8 +15,9 @@ from typing import Any
 
 
 class FaultKind(enum.StrEnum):
-    #: SIGKILL of a task process (the prepare's Spark driver or a Python worker, decide,
-    #: commit, abort, recover).
+    #: SIGKILL of a task process (:data:`TASK_TARGETS`: the prepare's spark-submit JVM, the
+    #: prepare task itself, a Python worker of the Python writer, decide, commit, abort,
+    #: recover).
     KILL_TASK = "kill_task"
     #: ``kill -9`` of a broker (the transaction coordinator of a pooled id preferred), and
     #: its restart.
@@ -31,8 +32,21 @@ class FaultKind(enum.StrEnum):
     CLEAR_TASK = "clear_task"
 
 
-#: What a task kill aims at, in the order of the issue.
-TASK_TARGETS = ("spark_driver", "spark_worker", "decide", "commit", "abort", "recover")
+#: What a task kill aims at, and how often. The default path first: ``spark_jvm`` is the
+#: prepare's spark-submit JVM, the driver that in local mode also hosts the executors, so
+#: the JVM writer's producers are its threads; ``prepare`` the prepare task's own process
+#: (its spark-submit child is orphaned and goes on); ``commit`` the commit task. The Python
+#: writer's ``python_worker`` (a fork of ``pyspark.daemon``) exists only in its intervals;
+#: ``abort`` and ``recover`` run briefly or rarely, so a kill of theirs often finds nothing.
+TASK_TARGETS: dict[str, int] = {
+    "spark_jvm": 4,
+    "commit": 3,
+    "prepare": 2,
+    "decide": 2,
+    "python_worker": 1,
+    "abort": 1,
+    "recover": 1,
+}
 
 #: Relative frequencies: task kills most (they are the most varied), infrastructure less.
 WEIGHTS: dict[FaultKind, int] = {
@@ -80,12 +94,13 @@ def fault_schedule(
     kinds = list(FaultKind)
     rng.shuffle(kinds)
     weighted = [k for k, w in WEIGHTS.items() for _ in range(w)]
+    targets = [t for t, w in TASK_TARGETS.items() for _ in range(w)]
     faults: list[Fault] = []
     at = rng.uniform(min_gap_s, max_gap_s)
     while at < window_s:
         index = len(faults)
         kind = kinds[index] if index < len(kinds) else rng.choice(weighted)
-        target = rng.choice(TASK_TARGETS) if kind is FaultKind.KILL_TASK else ""
+        target = rng.choice(targets) if kind is FaultKind.KILL_TASK else ""
         duration = {
             FaultKind.KILL_BROKER: rng.uniform(1.0, 6.0),
             # Past the test brokers' 3 s session timeout: the controller fences the node.

@@ -55,19 +55,32 @@ def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 90) ->
 
 
 @contextmanager
-def standalone_cluster(workers: int, log_dir: Path) -> Iterator[str]:
-    """A Spark standalone master and ``workers`` one-core workers on loopback."""
+def standalone_cluster(workers: int, log_dir: Path, rest_port: int | None = None) -> Iterator[str]:
+    """A Spark standalone master and ``workers`` one-core workers on loopback; each
+    worker's directory (its executors', and drivers' in cluster deploy mode) under
+    ``log_dir/work``.
+
+    :param rest_port: turn on the master's REST submission server on this port (what the
+        Spark provider's hook polls a cluster-mode driver's status from; off by default
+        since Spark 4).
+    """
     env = {**os.environ, **PYTHON_ENV, "SPARK_LOCAL_IP": "127.0.0.1"}
+    master_env = dict(env)
+    if rest_port is not None:
+        master_env["SPARK_MASTER_OPTS"] = (
+            f"-Dspark.master.rest.enabled=true -Dspark.master.rest.port={rest_port} "
+            "-Dspark.master.rest.host=127.0.0.1"
+        )
     port = free_port()
     processes: list[subprocess.Popen] = []
 
-    def daemon(name: str, *args: str) -> subprocess.Popen:
+    def daemon(name: str, *args: str, environment: dict[str, str] = env) -> subprocess.Popen:
         log = (log_dir / f"{name}.log").open("w")
         process = subprocess.Popen(
             [SPARK_CLASS, *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=environment,
             start_new_session=True,
         )
         processes.append(process)
@@ -83,6 +96,7 @@ def standalone_cluster(workers: int, log_dir: Path) -> Iterator[str]:
             str(port),
             "--webui-port",
             str(free_port()),
+            environment=master_env,
         )
         _wait_for_port(port, master)
         url = f"spark://127.0.0.1:{port}"
@@ -97,6 +111,8 @@ def standalone_cluster(workers: int, log_dir: Path) -> Iterator[str]:
                 "1",
                 "--memory",
                 "1g",
+                "--work-dir",
+                str(log_dir / "work"),
                 "--webui-port",
                 str(free_port()),
             )
