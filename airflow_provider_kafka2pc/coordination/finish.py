@@ -139,9 +139,18 @@ class Coordinator:
         if not participants:
             return []
         resolutions = self.controller.commit_all([p.committable for p in participants])
-        for r in resolutions:
-            state = ParticipantState.COMMITTED if r.outcome.committed else ParticipantState.LOST
-            self.ledger.record_outcome(export_id, run_key, r.transactional_id, state, r.reason)
+        self.ledger.record_outcomes(
+            export_id,
+            run_key,
+            [
+                (
+                    r.transactional_id,
+                    ParticipantState.COMMITTED if r.outcome.committed else ParticipantState.LOST,
+                    r.reason,
+                )
+                for r in resolutions
+            ],
+        )
         return resolutions
 
     def commit(
@@ -389,14 +398,18 @@ class Coordinator:
         participants = self.ledger.participants(export_id, run_key)
         todo = [p for p in participants if p.state is ParticipantState.PREPARED]
         resolutions = self.controller.abort_all([p.committable for p in todo]) if todo else []
-        for r in resolutions:
-            if not r.outcome.aborted:
-                raise VerdictMismatchError(
-                    f"{r.transactional_id} of {batch.key} was found {r.outcome.value} "
-                    f"although the verdict is ABORT: {r.reason}"
-                )
-            self.ledger.record_outcome(
-                export_id, run_key, r.transactional_id, ParticipantState.ABORTED, r.reason
+        # The outcomes before the first one found not aborted are recorded, then it raises.
+        wrong = next((r for r in resolutions if not r.outcome.aborted), None)
+        aborted = resolutions if wrong is None else resolutions[: resolutions.index(wrong)]
+        self.ledger.record_outcomes(
+            export_id,
+            run_key,
+            [(r.transactional_id, ParticipantState.ABORTED, r.reason) for r in aborted],
+        )
+        if wrong is not None:
+            raise VerdictMismatchError(
+                f"{wrong.transactional_id} of {batch.key} was found {wrong.outcome.value} "
+                f"although the verdict is ABORT: {wrong.reason}"
             )
         known = {p.transactional_id for p in participants}
         fenced = tuple(t for t in batch.transactional_ids if t not in known)

@@ -25,9 +25,12 @@ from .described import DescribedTransaction, ListedTransaction
 from .failover import Failover
 from .fetch import FETCH_MAX_BYTES, FetchAnswer, fetch_request, parse_fetch
 from .metadata import (
+    COORDINATOR_KEYS_PER_REQUEST,
     find_coordinator_request,
+    find_coordinators_request,
     metadata_request,
     parse_find_coordinator,
+    parse_find_coordinators,
     parse_partition_leaders,
 )
 from .offsets import log_start_request, parse_log_start
@@ -116,6 +119,22 @@ class KafkaProtocol:
         version = self._require(ApiKey.FIND_COORDINATOR, cap=4, minimum=1)
         answer = self._transport.send_any(find_coordinator_request(transactional_id, version))
         return parse_find_coordinator(answer, version)
+
+    def find_transaction_coordinators(
+        self, transactional_ids: Sequence[str]
+    ) -> dict[str, tuple[int, int]]:
+        """Id -> (error code, coordinator node id) for many ids: one FindCoordinator per
+        thousand ids where the broker takes several keys (v4+, KIP-699), else one per id."""
+        version = self._require(ApiKey.FIND_COORDINATOR, cap=4, minimum=1)
+        ids = list(dict.fromkeys(transactional_ids))
+        if version < 4:
+            return {tid: self.find_transaction_coordinator(tid) for tid in ids}
+        found: dict[str, tuple[int, int]] = {}
+        step = COORDINATOR_KEYS_PER_REQUEST
+        for chunk in (ids[i : i + step] for i in range(0, len(ids), step)):
+            answer = self._transport.send_any(find_coordinators_request(chunk, version))
+            found.update(parse_find_coordinators(answer))
+        return found
 
     def end_txn(
         self,

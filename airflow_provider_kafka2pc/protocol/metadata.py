@@ -3,6 +3,7 @@ coordinator are. Pure builders and parsers; any node answers them (see :mod:`.tr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
@@ -56,6 +57,28 @@ def find_coordinator_request(transactional_id: str, version: int) -> FindCoordin
         coordinator_keys=[transactional_id],
         version=version,
     )
+
+
+#: FindCoordinator v4+ (KIP-699) takes several keys; the most asked in one request.
+COORDINATOR_KEYS_PER_REQUEST = 1000
+
+
+def find_coordinators_request(
+    transactional_ids: Sequence[str], version: int
+) -> FindCoordinatorRequest:
+    """One FindCoordinator for several ids (v4+ only)."""
+    if version < 4:
+        raise ValueError(f"FindCoordinator v{version} takes one key; v4+ takes several")
+    return FindCoordinatorRequest(
+        key_type=TRANSACTION_COORDINATOR,
+        coordinator_keys=list(transactional_ids),
+        version=version,
+    )
+
+
+def parse_find_coordinators(answer: Any) -> dict[str, tuple[int, int]]:
+    """Id -> (error code, coordinator node id), from a v4+ answer."""
+    return {entry.key: (entry.error_code, entry.node_id) for entry in answer.coordinators}
 
 
 def parse_find_coordinator(answer: Any, version: int) -> tuple[int, int]:

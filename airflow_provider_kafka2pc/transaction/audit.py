@@ -14,7 +14,7 @@ longer there.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,8 +141,11 @@ def audit_topic(
         p: _audit_partition(reader, topic, p, starts.get(p, 0), duplicates or tombstones)
         for p in reader.partitions(topic)
     }
+    by_producer = {p: _spans_by_producer(audit) for p, audit in partitions.items()}
     report = AuditReport(
-        topic, partitions, [_committable_view(c, partitions, topic) for c in committables]
+        topic,
+        partitions,
+        [_committable_view(c, partitions, topic, by_producer) for c in committables],
     )
     if duplicates:
         report.duplicates = _duplicates(partitions.values())
@@ -230,14 +233,33 @@ def _from_log_start(
         yield from batches
 
 
+def _spans_by_producer(audit: PartitionAudit) -> dict[int, list[_Span]]:
+    """The partition's spans by producer id, so that each committable looks only at its
+    producer's (with a thousand participants, every span of every partition per committable
+    made the audit quadratic)."""
+    spans: dict[int, list[_Span]] = defaultdict(list)
+    for span in audit.spans:
+        spans[span.producer_id].append(span)
+    return spans
+
+
 def _committable_view(
-    c: Committable, partitions: Mapping[int, PartitionAudit], topic: str
+    c: Committable,
+    partitions: Mapping[int, PartitionAudit],
+    topic: str,
+    by_producer: Mapping[int, Mapping[int, list[_Span]]] | None = None,
 ) -> dict[str, Any]:
     counts = Counter({COMMITTED: 0, ABORTED: 0, OPEN: 0})
     removed: list[str] = []
     for part in c.partitions:
         audit = partitions.get(part.partition) if part.topic == topic else None
-        for span in audit.spans if audit else ():
+        if audit is None:
+            spans: Iterable[_Span] = ()
+        elif by_producer is not None and part.partition in by_producer:
+            spans = by_producer[part.partition].get(c.producer_id, ())
+        else:
+            spans = audit.spans
+        for span in spans:
             if (
                 span.producer_id == c.producer_id
                 and span.first_offset <= part.last_offset

@@ -439,6 +439,39 @@ def test_outcomes_must_follow_the_verdict(ledger: Ledger, names: Names) -> None:
         ledger.record_outcome(names.export, run, "other-0", ParticipantState.ABORTED, "x")
 
 
+def test_outcomes_recorded_together(ledger: Ledger, names: Names) -> None:
+    """record_outcomes: one transaction for many participants, a repeat moves none, and an
+    illegal move among them records none of them (as record_outcome would refuse it)."""
+    run = names.run()
+    first, second, third = prepare(ledger, names, run).transactional_ids
+    ledger.decide(names.export, run, Verdict.COMMIT, "ok")
+    committed, lost = ParticipantState.COMMITTED, ParticipantState.LOST
+    outcomes = [(first, committed, "done"), (second, lost, "timed out")]
+    assert ledger.record_outcomes(names.export, run, outcomes) == 2
+    assert ledger.record_outcomes(names.export, run, outcomes) == 0
+    assert ledger.record_outcomes(names.export, run, []) == 0
+    states = {
+        p.transactional_id: (p.state, p.reason) for p in ledger.participants(names.export, run)
+    }
+    assert states == {
+        first: (committed, "done"),
+        second: (lost, "timed out"),
+        third: (ParticipantState.PREPARED, None),
+    }
+    with pytest.raises(IllegalTransitionError, match="COMMITTED -> ABORTED"):
+        ledger.record_outcomes(
+            names.export,
+            run,
+            [(third, committed, "done"), (first, ParticipantState.ABORTED, "no")],
+        )
+    assert ledger.participants(names.export, run)[2].state is ParticipantState.PREPARED
+    with pytest.raises(NotFoundError, match="no participant"):
+        ledger.record_outcomes(names.export, run, [("other-0", committed, "x")])
+    ledger.record_outcomes(names.export, run, [(third, committed, "done")])
+    with pytest.raises(IllegalTransitionError, match="participants not COMMITTED"):
+        ledger.finish(names.export, run)  # the lost one still is
+
+
 def test_loss_repair(ledger: Ledger, names: Names) -> None:
     run = names.run()
     tids = prepare(ledger, names, run, partitions=2).transactional_ids

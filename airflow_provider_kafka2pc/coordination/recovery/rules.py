@@ -8,6 +8,7 @@ would do, and so the rules read as tables (``tests/unit/coordination``).
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -49,7 +50,16 @@ class BatchPlan:
         return Verdict.ABORT if self.action is BatchAction.DECIDE_ABORT else self.batch.verdict
 
     def participant(self, transactional_id: str) -> Participant | None:
-        return next((p for p in self.participants if p.transactional_id == transactional_id), None)
+        return self._by_id.get(transactional_id)
+
+    @functools.cached_property
+    def _by_id(self) -> dict[str, Participant]:
+        """The participants by id, built once: :func:`classify` asks for each open
+        transaction's, and a scan per ask made a round over N participants quadratic."""
+        by_id: dict[str, Participant] = {}
+        for p in self.participants:
+            by_id.setdefault(p.transactional_id, p)  # the first, as a scan would find
+        return by_id
 
 
 def plan(

@@ -21,7 +21,7 @@ from airflow_provider_kafka2pc.transaction.controller import (
     TransactionController,
     classify_end_txn,
 )
-from tests.support.scripted import DROP, Answer, FakeClock, ScriptedBroker
+from tests.support.scripted import COORDINATOR, DROP, Answer, FakeClock, ScriptedBroker
 
 COMMIT, ABORT = ControlType.COMMIT, ControlType.ABORT
 E = ErrorCode
@@ -294,3 +294,33 @@ def test_a_moved_partition_leader_is_looked_up_again():
     ctl, _ = controller(broker)
     assert ctl.commit(committable).outcome is Outcome.COMMITTED
     assert broker.count("metadata") == 3  # the first lookup, then one per moved answer
+
+
+class BatchFinding(ScriptedBroker):
+    """A broker that finds many coordinators in one request (FindCoordinator v4+)."""
+
+    def __init__(self, *args, found: dict[str, int] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.found = found  # id -> error code; None: every id found
+
+    def find_transaction_coordinators(self, ids):
+        self.calls.append(("find_many", list(ids)))
+        codes = self.found if self.found is not None else dict.fromkeys(ids, E.NONE)
+        return {tid: (codes[tid], COORDINATOR) for tid in ids if tid in codes}
+
+
+def test_commit_all_finds_every_coordinator_in_one_request():
+    broker = BatchFinding(end_txn=[Answer(E.NONE, COMMIT)] * 3)
+    committables = [broker.prepare(f"tx-{i}", producer_id=100 + i) for i in range(3)]
+    ctl, _ = controller(broker)
+    assert [r.outcome for r in ctl.commit_all(committables)] == [Outcome.COMMITTED] * 3
+    assert broker.count("find_many") == 1 and broker.count("find") == 0
+
+
+def test_an_id_the_batch_lookup_missed_is_found_on_its_own():
+    found = {"tx-0": E.NONE, "tx-1": E.COORDINATOR_NOT_AVAILABLE}  # tx-2: not answered
+    broker = BatchFinding(end_txn=[Answer(E.NONE, COMMIT)] * 3, found=found)
+    committables = [broker.prepare(f"tx-{i}", producer_id=100 + i) for i in range(3)]
+    ctl, _ = controller(broker)
+    assert [r.outcome for r in ctl.commit_all(committables)] == [Outcome.COMMITTED] * 3
+    assert [c[1] for c in broker.calls if c[0] == "find"] == ["tx-1", "tx-2"]
