@@ -329,11 +329,7 @@ class SparkJobHook(BaseHook):
             local = local_path(uri)
             if local is not None:
                 local.parent.mkdir(parents=True, exist_ok=True)
-                yield uri, local.read_text
-            else:
-                from airflow.sdk import ObjectStoragePath
-
-                yield uri, ObjectStoragePath(uri).read_text
+            yield uri, lambda: _read_text(uri)
             return
         with tempfile.TemporaryDirectory(prefix="kafka2pc-manifest-") as directory:
             path = Path(directory) / "manifest.json"

@@ -303,7 +303,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
     def validate(self, kafka: Kafka2pcHook) -> list[str]:
         """Everything checkable before the ledger is touched; returns the source's arguments."""
         check_num_partitions(self.num_partitions)
-        self.export_spec()  # every export option, checked once
+        export = self.export_spec()  # every export option, checked once
         if not isinstance(self.run_key, str) or self.run_key.strip() in ("", "None", "None/None"):
             raise ConfigurationError(
                 f"run_key must be a non-empty string, got {self.run_key!r} (a run without a "
@@ -323,8 +323,7 @@ class SparkKafkaPrepareOperator(SparkSubmitOperator):
             local = local_path(str(path))
             if local is not None and not local.exists():
                 raise ConfigurationError(f"source path {str(path)!r} does not exist")
-        formats = self._registry_formats()
-        if any(formats):
+        if export.uses_registry:
             if self.registry_conn_id is None:
                 raise ConfigurationError(
                     "value_format/key_format need registry_conn_id (the schema registry's "
