@@ -17,7 +17,7 @@ from typing import Any
 from .. import defaults
 from ..connection.settings import bootstrap_servers, to_kafka_python
 from ..connection.tls import check_tls
-from ..errors import ProtocolError, UnsupportedError
+from ..errors import ConnectionLostError, ProtocolError, UnsupportedError
 from .admin import Admin
 from .codes import ErrorCode
 from .configs import ConfigEntry, describe_topic_configs_request, parse_topic_configs
@@ -35,6 +35,7 @@ from .metadata import (
 )
 from .offsets import log_start_request, parse_log_start
 from .producer import (
+    EndTxnCall,
     InitProducerIdAnswer,
     ProduceAnswer,
     add_partitions_request,
@@ -147,6 +148,12 @@ class KafkaProtocol:
     ) -> int:
         request = end_txn_request(transactional_id, producer_id, epoch, result, version)
         return parse_end_txn(self._transport.send(node, request))
+
+    def end_txns(self, node: int, calls: Sequence[EndTxnCall]) -> list[int | ConnectionLostError]:
+        """EndTxn for many transactions of one coordinator, sent without waiting for each
+        answer; each answer's error code, or the lost connection that left it unanswered."""
+        answers = self._transport.send_all(node, [end_txn_request(*call) for call in calls])
+        return [a if isinstance(a, ConnectionLostError) else parse_end_txn(a) for a in answers]
 
     def init_producer_id(
         self,

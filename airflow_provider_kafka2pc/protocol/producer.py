@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.protocol.producer.transaction import (
@@ -151,6 +151,16 @@ def parse_produce(answer: Any) -> dict[int, ProduceAnswer]:
         for t in answer.responses
         for p in t.partition_responses
     }
+
+
+class EndTxnCall(NamedTuple):
+    """One EndTxn's fields, in :func:`end_txn_request`'s order (for calls sent together)."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    result: ControlType
+    version: int
 
 
 def end_txn_request(

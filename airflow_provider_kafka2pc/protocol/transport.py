@@ -9,6 +9,7 @@ the cluster because one node is down.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,16 @@ from ..errors import BrokerUnreachableError, ConfigurationError, ConnectionLostE
 from .login import sasl_refusal
 
 log = logging.getLogger(__name__)
+
+#: What kafka-python raises (or fails a request's future with) when a node is gone.
+_LOST = (
+    kafka_errors.KafkaConnectionError,
+    kafka_errors.KafkaTimeoutError,
+    kafka_errors.NodeNotReadyError,
+    kafka_errors.RequestTimedOutError,
+    kafka_errors.Cancelled,
+    ConnectionError,
+)
 
 
 class Transport:
@@ -107,19 +118,46 @@ class Transport:
             return self.client.send_and_receive(
                 node, request, timeout_ms=timeout_ms or self._timeout_ms
             )
-        except (
-            kafka_errors.KafkaConnectionError,
-            kafka_errors.KafkaTimeoutError,
-            kafka_errors.NodeNotReadyError,
-            kafka_errors.RequestTimedOutError,
-            kafka_errors.Cancelled,
-            ConnectionError,
-        ) as exc:
-            waited = f" within {timeout_ms} ms" if timeout_ms else ""
-            raise ConnectionLostError(
-                f"{request.__class__.__name__} to node {node}{self._address(node)}: "
-                f"{type(exc).__name__}{waited}"
-            ) from None
+        except _LOST as exc:
+            raise self._lost(node, request, exc, timeout_ms) from None
+
+    def send_all(self, node: int, requests: Sequence[Any]) -> list[Any]:
+        """Send ``requests`` to one node without waiting for each answer; the answers, in
+        order, a lost one as its :class:`ConnectionLostError` (returned, not raised).
+
+        The connection keeps up to kafka-python's in-flight limit on the wire and buffers
+        the rest: a thousand EndTxns cost the broker's time, not a thousand round trips.
+        """
+        try:
+            self.client.await_ready(node, timeout_ms=self._timeout_ms)
+        except _LOST as exc:
+            lost = self._lost(node, requests[0], exc, self._timeout_ms) if requests else None
+            return [lost] * len(requests)
+        futures = [self.client.send(node, request) for request in requests]
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        for future in futures:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            if not future.is_done and left_ms:
+                self.client.poll(timeout_ms=left_ms, future=future)
+        answers: list[Any] = []
+        for request, future in zip(requests, futures, strict=True):
+            if future.succeeded():
+                answers.append(future.value)
+            else:
+                exc = future.exception if future.failed() else kafka_errors.KafkaTimeoutError()
+                answers.append(self._lost(node, request, exc, self._timeout_ms))
+        return answers
+
+    def _lost(
+        self, node: int | str, request: Any, exc: BaseException, timeout_ms: int | None
+    ) -> ConnectionLostError:
+        if not isinstance(exc, _LOST):
+            raise exc
+        waited = f" within {timeout_ms} ms" if timeout_ms else ""
+        return ConnectionLostError(
+            f"{request.__class__.__name__} to node {node}{self._address(node)}: "
+            f"{type(exc).__name__}{waited}"
+        )
 
     def _address(self, node: int | str) -> str:
         """`` at host:port`` of a node the client knows, for error texts; else empty."""

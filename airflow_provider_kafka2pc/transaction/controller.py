@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Final
 
 from .. import defaults
 from ..errors import (
@@ -32,6 +32,7 @@ from ..errors import (
 from ..naming import validate_transactional_id
 from ..protocol.codes import COORDINATOR_MOVED, ErrorCode, error_name
 from ..protocol.failover import Failover, RetryPolicy
+from ..protocol.producer import EndTxnCall
 from ..protocol.records import ControlType
 from ..protocol.seam import TransactionProtocol
 from ..protocol.versions import ApiKey
@@ -39,6 +40,9 @@ from .committable import TRANSACTION_VERSION_KIP890, Committable
 from .log import LogReader, MarkerView, marker_views
 
 log = logging.getLogger(__name__)
+
+#: :meth:`TransactionController._end`'s first EndTxn is still to be sent.
+_UNSENT: Final = object()
 
 #: librdkafka speaks classic transactions only: EndTxn v5 would switch a Kafka 4.x
 #: coordinator to KIP-890 semantics the transaction was not started under.
@@ -244,10 +248,19 @@ class TransactionController:
     def _send_end_txns(
         self, run: _Finishing, todo: Sequence[int], deadline: float
     ) -> dict[int, int]:
-        """EndTxn to each transaction; returns index -> attempts of those answered NONE."""
+        """EndTxn to each transaction; returns index -> attempts of those answered NONE.
+
+        The first EndTxn of every id whose coordinator is known goes out at once, per
+        coordinator (one round trip each was most of a thousand participants' commit);
+        whatever an answer then asks for (a retry, the log, another coordinator) is done
+        id by id, by :meth:`_end`, as for an id sent alone.
+        """
         accepted: dict[int, int] = {}
+        answered = self._end_txns_at_once(run, todo)
         for i in todo:
-            outcome, reason, attempts = self._end(run.committables[i], run.result, deadline)
+            outcome, reason, attempts = self._end(
+                run.committables[i], run.result, deadline, answered.get(i, _UNSENT)
+            )
             if outcome is None:
                 accepted[i] = attempts
             else:
@@ -334,10 +347,35 @@ class TransactionController:
             if outcome is not None:
                 run.resolve(i, outcome, reason, accepted.pop(i))
 
+    def _end_txns_at_once(
+        self, run: _Finishing, todo: Sequence[int]
+    ) -> dict[int, int | ConnectionLostError]:
+        """Index -> the first EndTxn's answer, for the ids whose coordinator is known, sent
+        together per coordinator where the protocol offers it (the scripted ones of the
+        unit tests need not)."""
+        send_many = getattr(self._protocol, "end_txns", None)
+        if send_many is None or len(todo) < 2:
+            return {}
+        by_node: dict[int, list[int]] = {}
+        for i in todo:
+            node = self._coordinators.get(run.committables[i].transactional_id)
+            if node is not None:
+                by_node.setdefault(node, []).append(i)
+        answered: dict[int, int | ConnectionLostError] = {}
+        for node, indexes in by_node.items():
+            calls = [self._end_txn_call(run.committables[i], run.result) for i in indexes]
+            answered.update(zip(indexes, send_many(node, calls), strict=True))
+        return answered
+
     def _end(
-        self, c: Committable, result: ControlType, deadline: float
+        self,
+        c: Committable,
+        result: ControlType,
+        deadline: float,
+        answered: int | ConnectionLostError | object = _UNSENT,
     ) -> tuple[Outcome | None, str, int]:
-        """Send EndTxn until an answer settles it.
+        """Send EndTxn until an answer settles it; ``answered``: the first EndTxn's answer
+        when it was sent with others (:meth:`_end_txns_at_once`), else :data:`_UNSENT`.
 
         Returns (outcome, or None when accepted and to be verified; reason; attempts).
         """
@@ -345,8 +383,11 @@ class TransactionController:
         last = "no answer"
         while True:
             attempt += 1
+            first, answered = answered, _UNSENT
             try:
-                code: int | None = self._end_txn(c, result, deadline)
+                code: int | None = (
+                    self._end_txn(c, result, deadline) if first is _UNSENT else _answer(first)
+                )
             except FailoverTimeoutError as exc:  # no coordinator found by the deadline
                 code, last = None, str(exc)
             except ConnectionLostError as exc:
@@ -395,8 +436,10 @@ class TransactionController:
 
     def _end_txn(self, c: Committable, result: ControlType, deadline: float) -> int:
         node = self._coordinator(c.transactional_id, deadline)
-        return self._protocol.end_txn(
-            node,
+        return self._protocol.end_txn(node, *self._end_txn_call(c, result))
+
+    def _end_txn_call(self, c: Committable, result: ControlType) -> EndTxnCall:
+        return EndTxnCall(
             c.transactional_id,
             c.producer_id,
             c.producer_epoch,
@@ -546,6 +589,14 @@ class TransactionController:
                     f"({error_name(code)}); retry later"
                 )
             self._sleep(self._policy.backoff(attempt))
+
+
+def _answer(answered: object) -> int:
+    """An answer of EndTxns sent together: the error code, or the lost connection raised."""
+    if isinstance(answered, ConnectionLostError):
+        raise answered
+    assert isinstance(answered, int)
+    return answered
 
 
 def _outcome(view: MarkerView, result: ControlType, sent: bool) -> Outcome | None:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_kafka2pc.errors import ProtocolError, TransactionInDoubtError
+from airflow_provider_kafka2pc.errors import (
+    ConnectionLostError,
+    ProtocolError,
+    TransactionInDoubtError,
+)
 from airflow_provider_kafka2pc.protocol.codes import ErrorCode
 from airflow_provider_kafka2pc.protocol.records import ControlType
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
@@ -324,3 +328,43 @@ def test_an_id_the_batch_lookup_missed_is_found_on_its_own():
     ctl, _ = controller(broker)
     assert [r.outcome for r in ctl.commit_all(committables)] == [Outcome.COMMITTED] * 3
     assert [c[1] for c in broker.calls if c[0] == "find"] == ["tx-1", "tx-2"]
+
+
+class BatchEnding(BatchFinding):
+    """A broker connection that sends many EndTxns at once, answered from the same script."""
+
+    def end_txns(self, node, calls):
+        self.calls.append(("end_many", [call.transactional_id for call in calls]))
+        answers = []
+        for call in calls:
+            try:
+                answers.append(self.end_txn(node, *call))
+            except ConnectionLostError as exc:
+                answers.append(exc)
+        return answers
+
+
+def test_the_first_endtxns_go_out_together_and_a_retry_alone():
+    # tx-1 is answered CONCURRENT_TRANSACTIONS first: retried on its own, then accepted.
+    script = [Answer(E.NONE, COMMIT), Answer(E.CONCURRENT_TRANSACTIONS)]
+    script += [Answer(E.NONE, COMMIT), Answer(E.NONE, COMMIT)]
+    broker = BatchEnding(end_txn=script)
+    committables = [broker.prepare(f"tx-{i}", producer_id=100 + i) for i in range(3)]
+    ctl, _ = controller(broker)
+    results = ctl.commit_all(committables)
+    assert [r.outcome for r in results] == [Outcome.COMMITTED] * 3
+    assert [r.attempts for r in results] == [1, 2, 1]
+    assert broker.count("end_many") == 1
+    alone = [c[1] for c in broker.calls if c[0] == "end_txn"]
+    assert alone == ["tx-0", "tx-1", "tx-2", "tx-1"]  # three sent together, one retry
+
+
+def test_an_endtxn_lost_in_a_batch_is_resolved_from_the_log_or_sent_again():
+    # tx-0's answer is lost after its markers were written; tx-1's is lost before.
+    script = [Answer(DROP, COMMIT), Answer(DROP), Answer(E.NONE, COMMIT)]
+    broker = BatchEnding(end_txn=script)
+    committables = [broker.prepare(f"tx-{i}", producer_id=100 + i) for i in range(2)]
+    ctl, _ = controller(broker)
+    results = ctl.commit_all(committables)
+    assert [r.outcome for r in results] == [Outcome.ALREADY_COMMITTED, Outcome.COMMITTED]
+    assert [c[1] for c in broker.calls if c[0] == "end_txn"] == ["tx-0", "tx-1", "tx-1"]
