@@ -1,4 +1,5 @@
-"""What an export puts on the wire beyond bytes: registry Avro, tombstones, record timestamps.
+"""What an export puts on the wire beyond bytes: registry Avro, JSON Schema and Protobuf,
+tombstones, record timestamps.
 
 Everything here is decided on the driver before any transaction opens and evaluated by
 Spark in the JVM: the registry is asked once per export (:mod:`..connection.registry`), a
@@ -9,13 +10,14 @@ A bad option fails here, with nothing written.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -27,7 +29,7 @@ from ..connection.registry import (
     subject_name,
 )
 from ..errors import ConfigurationError
-from . import avro, json_schema
+from . import avro, json_schema, protobuf
 from .connect import is_connect
 from .connect_artifacts import ensure_avro
 
@@ -116,8 +118,12 @@ def resolve_schemas(
             raise ConfigurationError("key_format needs a key_column")
         wanted["key"] = (options.key_format, field_type(df, key_column, "key"))
     schemas: dict[str, str] = {}
+    messages: dict[str, protobuf.ProtoSchema] = {}
     for role, (fmt, data_type) in wanted.items():
-        if fmt.schema_type == SchemaType.JSON:
+        if fmt.schema_type == SchemaType.PROTOBUF:
+            messages[role] = _protobuf_schema(spark, fmt, data_type, role)
+            schemas[role] = messages[role].registered
+        elif fmt.schema_type == SchemaType.JSON:
             schema = fmt.schema or json_schema.derive_schema(data_type, fmt.record_name)
             json_schema.check_encodable(data_type, schema, role)
         else:
@@ -137,6 +143,7 @@ def resolve_schemas(
                 schemas[role],
                 is_key=role == "key",
                 schema_type=fmt.schema_type,
+                full_name=messages[role].message if role in messages else None,
             ),
             schemas[role],
             auto_register=fmt.auto_register,
@@ -144,13 +151,33 @@ def resolve_schemas(
         )
         for role, (fmt, _) in wanted.items()
     }
+    for role, message in messages.items():  # the header names the message in the file
+        found[role] = replace(
+            found[role],
+            message=message.message,
+            message_indexes=protobuf.message_indexes(message.indexes),
+        )
     return Schemas(value=found.get("value"), key=found.get("key"))
+
+
+def _protobuf_schema(
+    spark: SparkSession, fmt: RegistryFormat, data_type: T.DataType, role: str
+) -> protobuf.ProtoSchema:
+    """The compiled schema (given, or derived from the columns), checked against them; the
+    session made able to encode it (protobuf-java and the project's jar)."""
+    text = fmt.schema or protobuf.derive_schema(data_type, fmt.record_name, fmt.namespace)
+    compiled = protobuf.compile_schema(text, fmt.record_name)
+    protobuf.check_encodable(data_type, compiled, role)
+    protobuf.register_encoder(spark)
+    return compiled
 
 
 def registry_value(df: DataFrame, value_column: str | None, schema: RegisteredSchema) -> Column:
     """The encoded value; a null in a field the schema declares non-null fails the
     shuffle's map stage (:data:`NULL_FIELD_MARK`), before any writing task starts."""
     column, data_type = value_input(df, value_column)
+    if schema.schema_type == SchemaType.PROTOBUF:
+        return protobuf.encode(column, _compiled(schema), schema.header)  # null: unset
     if schema.schema_type == SchemaType.JSON:
         value = json_schema.encode(column, schema.header)
         guarded = json_schema.check_encodable(data_type, schema.schema, "value")
@@ -173,9 +200,16 @@ def registry_value(df: DataFrame, value_column: str | None, schema: RegisteredSc
 
 
 def registry_key(key_column: str, schema: RegisteredSchema) -> Column:
+    if schema.schema_type == SchemaType.PROTOBUF:
+        return protobuf.encode(F.col(key_column), _compiled(schema), schema.header)
     if schema.schema_type == SchemaType.JSON:
         return json_schema.encode(F.col(key_column), schema.header)
     return avro.encode(F.col(key_column), schema.schema, schema.header)
+
+
+def _compiled(schema: RegisteredSchema) -> protobuf.ProtoSchema:
+    """The registered Protobuf schema (a base64 file descriptor) and its message again."""
+    return protobuf.ProtoSchema(base64.standard_b64decode(schema.schema), str(schema.message), ())
 
 
 def tombstone_condition(df: DataFrame, condition: str, key_column: str | None) -> Column:
@@ -236,4 +270,4 @@ def bad_timestamp_refusal(exc: Exception) -> ConfigurationError | None:
             # Spark appends the raise_error's SQL state to the message: not the user's words.
             said = re.sub(r"\s*SQLSTATE: \w+\s*$", "", said)
             return ConfigurationError(f"{said}; nothing was written")
-    return avro.incompatible_refusal(exc)
+    return avro.incompatible_refusal(exc) or protobuf.null_refusal(exc)
