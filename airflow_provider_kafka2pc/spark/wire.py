@@ -122,7 +122,7 @@ def resolve_schemas(
     for role, (fmt, data_type) in wanted.items():
         if fmt.schema_type == SchemaType.PROTOBUF:
             messages[role] = _protobuf_schema(spark, fmt, data_type, role)
-            schemas[role] = messages[role].registered
+            schema = messages[role].registered
         elif fmt.schema_type == SchemaType.JSON:
             schema = fmt.schema or json_schema.derive_schema(data_type, fmt.record_name)
             json_schema.check_encodable(data_type, schema, role)
