@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 #: The Java UDF and the name it is registered under in the session.
 ENCODE_CLASS = "kafka2pc.spark.ProtobufEncode"
 ENCODE_FUNCTION = "kafka2pc_protobuf"
-#: Starts the error a null element raises in the job (ProtobufEncode.NULL_MARK).
-NULL_MARK = "kafka2pc protobuf null"
 _TIMESTAMP = "google.protobuf.Timestamp"
 _INTEGERS = (T.ByteType, T.ShortType, T.IntegerType)
 _MAP_KEYS = {T.StringType: "string", T.IntegerType: "int32", T.LongType: "int64"}
@@ -406,13 +404,3 @@ def _advice() -> str:
         f"start Spark with --packages {PROTOBUF_JAVA} and --jars {PROJECT_JAR} (protobuf-java "
         "on the same class path as the project's jar); nothing was written"
     )
-
-
-def null_refusal(exc: Exception) -> ConfigurationError | None:
-    """The clear error for a null inside an array or a map found by the encoder."""
-    text = str(exc)
-    at = text.find(NULL_MARK)
-    if at < 0:
-        return None
-    said = text[at + len(NULL_MARK) :].splitlines()[0].lstrip(": ")
-    return ConfigurationError(f"{said}; nothing was written")
