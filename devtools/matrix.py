@@ -58,6 +58,7 @@ PATHS = (
 
 AVRO: dict[str, Any] = {}
 JSON = {"schema_type": "JSON"}
+PROTOBUF = {"schema_type": "PROTOBUF"}
 
 #: (option, the spec that sets it): each row of the matrix.
 OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -68,7 +69,9 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("header_columns", {"header_columns": ("trace",)}),
     ("value_format: registry Avro", {"value_format": AVRO}),
     ("value_format: registry JSON Schema", {"value_format": JSON}),
+    ("value_format: registry Protobuf", {"value_format": PROTOBUF}),
     ("key_format: registry Avro", {"key_column": "id", "key_format": AVRO}),
+    ("key_format: registry Protobuf", {"key_column": "id", "key_format": PROTOBUF}),
     (
         "subject strategy record_name",
         {"value_format": {"subject_name_strategy": "record_name", "record_name": "Order"}},
@@ -127,6 +130,11 @@ _prove(
     ("value_format: registry JSON Schema",),
     ("submit",),
     "tests/integration/test_wire_formats.py::test_json_schema_values_read_back_through_the_registry",
+)
+_prove(
+    ("value_format: registry Protobuf", "key_format: registry Protobuf"),
+    ("submit",),
+    "tests/integration/test_wire_formats.py::test_protobuf_values_and_keys_read_back_through_the_registry",
 )
 _prove(
     ("key_format: registry Avro",),

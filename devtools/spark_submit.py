@@ -55,7 +55,12 @@ def _run(
     timeout_s: float,
 ) -> subprocess.CompletedProcess[str]:
     writer = args[list(args).index("--writer") + 1] if "--writer" in args else AUTO_WRITER
-    settings = with_project_jar(defaults.spark_conf(LOCAL_CONF, dict(conf or {})), writer)
+    protobuf = "PROTOBUF" in " ".join(args)  # a format flag's JSON, or a spec file's
+    if "--spec-file" in args:
+        protobuf = "PROTOBUF" in Path(args[list(args).index("--spec-file") + 1]).read_text()
+    settings = with_project_jar(
+        defaults.spark_conf(LOCAL_CONF, dict(conf or {})), writer, protobuf=protobuf
+    )
     binary = spark_submit_binary()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     stderr = log_path.open("w") if log_path else subprocess.DEVNULL

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds airflow_provider_kafka2pc/spark/jars/kafka2pc-spark.jar from jvm/src with the JDK's
 # javac, against the jars that pyspark ships (provided at run time by Spark itself) and
-# kafka-clients (the JVM writer's; fetched into the cache once, added at run time: see
+# kafka-clients and protobuf-java (fetched into the cache once, added at run time: see
 # airflow_provider_kafka2pc/spark/jvm_writer.py). The jar is committed, so users need no JDK; its manifest carries the
 # SHA-256 of the sources it was built from, and a test fails when they drift apart; CI
 # rebuilds it and compares (jvm/check.py). Only jvm/src goes in: the tests' Java
@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 python=${1:-.venv/bin/python}
 jars=$("$python" -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')
 clients=$("$python" -c 'from airflow_provider_kafka2pc.spark.jvm_writer import kafka_clients_jar; print(kafka_clients_jar())')
+protobuf=$("$python" -c 'from airflow_provider_kafka2pc.spark import PROTOBUF_JAVA; from airflow_provider_kafka2pc.spark.maven import fetch_jar; print(fetch_jar(PROTOBUF_JAVA))')
 out=${2:-airflow_provider_kafka2pc/spark/jars/kafka2pc-spark.jar}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -21,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
 sources=$(find jvm/src -name '*.java' | LC_ALL=C sort)
 digest=$(cat $sources | sha256sum | cut -d' ' -f1)
 # Release 17: Spark 4 needs Java 17 or newer.
-javac --release 17 -Xlint:all,-path -Werror -cp "$jars/*:$clients" -d "$work/classes" $sources
+javac --release 17 -Xlint:all,-path -Werror -cp "$jars/*:$clients:$protobuf" -d "$work/classes" $sources
 printf 'Kafka2pc-Source-SHA256: %s\n' "$digest" > "$work/manifest.txt"
 # The DataSource V2 sink's short name, format("kafka2pc"): Spark finds it by ServiceLoader.
 mkdir -p "$work/classes/META-INF/services"

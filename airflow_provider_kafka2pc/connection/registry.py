@@ -52,11 +52,13 @@ DEFAULT_MAX_RETRIES = 1
 
 
 class SchemaType(enum.StrEnum):
-    """The registry's schema types we encode in the JVM (Protobuf: docs/wire-formats.md)."""
+    """The registry's schema types we encode in the JVM (docs/wire-formats.md)."""
 
     AVRO = "AVRO"
     #: JSON Schema: the payload is the JSON Spark's ``to_json`` writes.
     JSON = "JSON"
+    #: Protobuf (proto3): the message indexes, then the message (``spark/protobuf.py``).
+    PROTOBUF = "PROTOBUF"
 
 
 class SubjectNameStrategy(enum.StrEnum):
@@ -72,17 +74,20 @@ class SubjectNameStrategy(enum.StrEnum):
 
 @dataclass(frozen=True)
 class RegistryFormat:
-    """What the user asks for a value (or key): Avro (or JSON Schema) in the registry's
-    wire format.
+    """What the user asks for a value (or key): Avro (or JSON Schema, or Protobuf) in the
+    registry's wire format.
 
     :param schema: an Avro schema, or a JSON Schema with ``schema_type="JSON"`` (JSON
-        text); None: derived from the DataFrame's columns.
+        text), or proto3 ``.proto`` text with ``schema_type="PROTOBUF"``; None: derived from
+        the DataFrame's columns.
     :param subject_name_strategy: one of :class:`SubjectNameStrategy`'s values.
-    :param record_name: the derived schema's record name (ignored with ``schema``).
-    :param namespace: the derived schema's namespace (ignored with ``schema``).
+    :param record_name: the derived schema's record name (ignored with ``schema``, except
+        for Protobuf, where it picks the message of the file to write, else its first one).
+    :param namespace: the derived schema's namespace (a Protobuf package; ignored with
+        ``schema``).
     :param auto_register: register the schema under the subject (the registry checks its
         compatibility); False: it must already be registered there, else the export fails.
-    :param schema_type: ``AVRO`` (default) or ``JSON`` (JSON Schema).
+    :param schema_type: ``AVRO`` (default), ``JSON`` (JSON Schema) or ``PROTOBUF``.
     """
 
     schema: str | None = None
@@ -102,11 +107,12 @@ class RegistryFormat:
             ) from None
         if self.schema_type not in tuple(SchemaType):
             raise ConfigurationError(
-                f"schema_type {self.schema_type!r}: one of {[t.value for t in SchemaType]} "
-                "(docs/wire-formats.md says why not Protobuf yet)"
+                f"schema_type {self.schema_type!r}: one of {[t.value for t in SchemaType]}"
             )
-        if self.schema is not None:
+        if self.schema is not None and self.schema_type != SchemaType.PROTOBUF:
             parse_schema(self.schema)
+        elif self.schema is not None and (not isinstance(self.schema, str) or not self.schema):
+            raise ConfigurationError("a Protobuf schema must be .proto text")
         if not self.record_name or not isinstance(self.record_name, str):
             raise ConfigurationError("record_name must be a non-empty string")
 
@@ -132,10 +138,13 @@ class RegisteredSchema:
     schema_id: int
     schema: str
     schema_type: str = SchemaType.AVRO.value
+    #: Protobuf: the message written (its full name) and its indexes after the id.
+    message: str | None = None
+    message_indexes: bytes = b""
 
     @property
     def header(self) -> bytes:
-        return wire_header(self.schema_id)
+        return wire_header(self.schema_id) + self.message_indexes
 
 
 def wire_header(schema_id: int) -> bytes:
@@ -172,12 +181,14 @@ def subject_name(
     *,
     is_key: bool = False,
     schema_type: str = SchemaType.AVRO.value,
+    full_name: str | None = None,
 ) -> str:
-    """The subject ``strategy`` gives for ``schema`` on ``topic``."""
+    """The subject ``strategy`` gives for ``schema`` on ``topic`` (``full_name``: the
+    record's, where the caller knows it, as for a Protobuf message)."""
     chosen = SubjectNameStrategy(strategy)
     if chosen is SubjectNameStrategy.TOPIC_NAME:
         return f"{topic}-{'key' if is_key else 'value'}"
-    full_name = record_full_name(schema, schema_type)
+    full_name = full_name or record_full_name(schema, schema_type)
     if full_name is None:
         raise ConfigurationError(
             f"subject_name_strategy {chosen.value!r} needs a named (record) schema; "

@@ -216,7 +216,9 @@ class SparkJobHook(BaseHook):
     def _submit(self, application_args: list[str]) -> None:
         """spark-submit of the application with ``application_args``, waited for."""
         job = self.job
-        conf = with_project_jar(defaults.spark_conf(job.conf_dict()), job.writer)
+        conf = with_project_jar(
+            defaults.spark_conf(job.conf_dict()), job.writer, protobuf=job.export.uses_protobuf
+        )
         extra = spark_extra(job.spark_conn_id)
         submit = job.submit_dict()
         binary = submit.get("spark_binary") or extra.get("spark-binary") or spark_submit_binary()

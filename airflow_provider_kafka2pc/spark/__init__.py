@@ -17,11 +17,15 @@ PROJECT_JAR = str(Path(__file__).with_name("jars") / "kafka2pc-spark.jar")
 #: 4.3.0 is not served there (Nov 2026); 4.2.0 runs under pyspark 4.3.0
 #: (tests/integration/test_wire_formats.py proves it here).
 AVRO_PACKAGE = "org.apache.spark:spark-avro_2.13:4.2.0"
+#: protobuf-java on Maven Central, for registry Protobuf values/keys (the project's
+#: ``ProtobufEncode`` builds ``DynamicMessage``\ s with it; Spark's spark-protobuf is not served).
+PROTOBUF_JAVA = "com.google.protobuf:protobuf-java:4.36.2"
 
 __all__ = [
     "APPLICATION",
     "AVRO_PACKAGE",
     "PROJECT_JAR",
+    "PROTOBUF_JAVA",
     "ExportSpec",
     "PrepareError",
     "Repair",

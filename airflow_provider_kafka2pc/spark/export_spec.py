@@ -87,7 +87,7 @@ class ExportSpec:
         default=None,
         metadata=_option(
             "values in the registry's wire format: a JSON object of RegistryFormat options, "
-            'e.g. {} or {"schema_type": "JSON"}',
+            'e.g. {} or {"schema_type": "JSON"} or {"schema_type": "PROTOBUF"}',
             kind="format",
         ),
     )
@@ -175,6 +175,12 @@ class ExportSpec:
     @property
     def uses_registry(self) -> bool:
         return self.value_format is not None or self.key_format is not None
+
+    @property
+    def uses_protobuf(self) -> bool:
+        """A registry Protobuf format (its encoder needs protobuf-java beside our jar)."""
+        formats = (self.value_format, self.key_format)
+        return any(f is not None and f.schema_type == "PROTOBUF" for f in formats)
 
     def replace(self, **changes: Any) -> ExportSpec:
         """This spec with ``changes``, validated again."""

@@ -27,7 +27,7 @@ from .. import defaults
 from ..errors import BrokerFetchError, ConfigurationError, Kafka2pcError, RepairImpossibleError
 from ..transaction.committable import Committable
 from ..transaction.manifest import Manifest
-from . import PROJECT_JAR
+from . import PROJECT_JAR, PROTOBUF_JAVA
 from .writers import AUTO_WRITER, JVM_WRITER
 
 if TYPE_CHECKING:  # the ledger (SQLAlchemy) stays out of the Spark application's imports
@@ -257,7 +257,9 @@ def summary(batch: Batch, participants: Sequence[Participant]) -> dict[str, Any]
     }
 
 
-def with_project_jar(conf: Mapping[str, str], writer: str = AUTO_WRITER) -> dict[str, str]:
+def with_project_jar(
+    conf: Mapping[str, str], writer: str = AUTO_WRITER, *, protobuf: bool = False
+) -> dict[str, str]:
     """``conf`` with the project's jar added to ``spark.jars`` (after any jars it names).
 
     On the driver's classpath from the start, the key hash UDF registers at the first try:
@@ -269,6 +271,8 @@ def with_project_jar(conf: Mapping[str, str], writer: str = AUTO_WRITER) -> dict
     the session's own class path, can only see a Kafka client loaded there too (one added
     later by ``ADD JAR`` lives in a child class loader they cannot see). Under ``auto``
     a jar that cannot be fetched is left out: the prepare then uses the Python writer.
+    With ``protobuf`` (a registry Protobuf format), protobuf-java goes in likewise: the
+    project's Protobuf encoder can only see it there.
     """
     jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
     wanted = [PROJECT_JAR]
@@ -281,6 +285,10 @@ def with_project_jar(conf: Mapping[str, str], writer: str = AUTO_WRITER) -> dict
             if writer == JVM_WRITER:
                 raise
             log.warning("kafka-clients cannot be fetched: the prepare uses the Python writer")
+    if protobuf and not any("protobuf-java" in jar for jar in jars):
+        from .maven import fetch_jar
+
+        wanted.insert(0, str(fetch_jar(PROTOBUF_JAVA)))
     jars += [jar for jar in wanted if jar not in jars]
     return {**conf, "spark.jars": ",".join(jars)}
 

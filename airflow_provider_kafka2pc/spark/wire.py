@@ -1,4 +1,5 @@
-"""What an export puts on the wire beyond bytes: registry Avro, tombstones, record timestamps.
+"""What an export puts on the wire beyond bytes: registry Avro, JSON Schema and Protobuf,
+tombstones, record timestamps.
 
 Everything here is decided on the driver before any transaction opens and evaluated by
 Spark in the JVM: the registry is asked once per export (:mod:`..connection.registry`), a
@@ -9,13 +10,14 @@ A bad option fails here, with nothing written.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -35,6 +37,9 @@ from .connect_artifacts import ensure_avro
 BAD_TIMESTAMP_MARK = "kafka2pc bad timestamp"
 #: Starts the error a null in a field the Avro schema declares non-null raises there.
 NULL_FIELD_MARK = "kafka2pc null field"
+#: Starts the error a null inside an array or a map raises in the Protobuf encoder
+#: (``ProtobufEncode.NULL_MARK``).
+PROTOBUF_NULL_MARK = "kafka2pc protobuf null"
 _TIMESTAMP_TYPES = (T.TimestampType, T.LongType)
 
 
@@ -116,8 +121,12 @@ def resolve_schemas(
             raise ConfigurationError("key_format needs a key_column")
         wanted["key"] = (options.key_format, field_type(df, key_column, "key"))
     schemas: dict[str, str] = {}
+    messages: dict[str, Any] = {}  # role: protobuf.ProtoSchema
     for role, (fmt, data_type) in wanted.items():
-        if fmt.schema_type == SchemaType.JSON:
+        if fmt.schema_type == SchemaType.PROTOBUF:
+            messages[role] = _protobuf_schema(spark, fmt, data_type, role)
+            schema = messages[role].registered
+        elif fmt.schema_type == SchemaType.JSON:
             schema = fmt.schema or json_schema.derive_schema(data_type, fmt.record_name)
             json_schema.check_encodable(data_type, schema, role)
         else:
@@ -137,6 +146,7 @@ def resolve_schemas(
                 schemas[role],
                 is_key=role == "key",
                 schema_type=fmt.schema_type,
+                full_name=messages[role].message if role in messages else None,
             ),
             schemas[role],
             auto_register=fmt.auto_register,
@@ -144,13 +154,35 @@ def resolve_schemas(
         )
         for role, (fmt, _) in wanted.items()
     }
+    for role, message in messages.items():  # the header names the message in the file
+        found[role] = replace(
+            found[role],
+            message=message.message,
+            message_indexes=_protobuf().message_indexes(message.indexes),
+        )
     return Schemas(value=found.get("value"), key=found.get("key"))
+
+
+def _protobuf_schema(
+    spark: SparkSession, fmt: RegistryFormat, data_type: T.DataType, role: str
+) -> Any:
+    """The compiled schema (``protobuf.ProtoSchema``: given, or derived from the columns),
+    checked against them; the session made able to encode it (protobuf-java and the
+    project's jar)."""
+    protobuf = _protobuf()
+    text = fmt.schema or protobuf.derive_schema(data_type, fmt.record_name, fmt.namespace)
+    compiled = protobuf.compile_schema(text, fmt.record_name)
+    protobuf.check_encodable(data_type, compiled, role)
+    protobuf.register_encoder(spark)
+    return compiled
 
 
 def registry_value(df: DataFrame, value_column: str | None, schema: RegisteredSchema) -> Column:
     """The encoded value; a null in a field the schema declares non-null fails the
     shuffle's map stage (:data:`NULL_FIELD_MARK`), before any writing task starts."""
     column, data_type = value_input(df, value_column)
+    if schema.schema_type == SchemaType.PROTOBUF:
+        return _protobuf().encode(column, _compiled(schema), schema.header)
     if schema.schema_type == SchemaType.JSON:
         value = json_schema.encode(column, schema.header)
         guarded = json_schema.check_encodable(data_type, schema.schema, "value")
@@ -173,9 +205,18 @@ def registry_value(df: DataFrame, value_column: str | None, schema: RegisteredSc
 
 
 def registry_key(key_column: str, schema: RegisteredSchema) -> Column:
+    if schema.schema_type == SchemaType.PROTOBUF:
+        return _protobuf().encode(F.col(key_column), _compiled(schema), schema.header)
     if schema.schema_type == SchemaType.JSON:
         return json_schema.encode(F.col(key_column), schema.header)
     return avro.encode(F.col(key_column), schema.schema, schema.header)
+
+
+def _compiled(schema: RegisteredSchema) -> Any:
+    """The registered Protobuf schema (a base64 file descriptor) and its message again."""
+    return _protobuf().ProtoSchema(
+        base64.standard_b64decode(schema.schema), str(schema.message), ()
+    )
 
 
 def tombstone_condition(df: DataFrame, condition: str, key_column: str | None) -> Column:
@@ -226,10 +267,10 @@ def timestamp_value(df: DataFrame, name: str) -> Column:
 
 def bad_timestamp_refusal(exc: Exception) -> ConfigurationError | None:
     """The error to raise when ``exc`` is a bad record timestamp, a null where the
-    Avro schema allows none, or (on Spark Connect) a column the Avro schema cannot carry,
-    found in the shuffle's map stage."""
+    Avro schema allows none (or in a Protobuf array or map), or (on Spark Connect) a column
+    the Avro schema cannot carry, found in the shuffle's map stage."""
     text = str(exc)
-    for mark in (BAD_TIMESTAMP_MARK, NULL_FIELD_MARK):
+    for mark in (BAD_TIMESTAMP_MARK, NULL_FIELD_MARK, PROTOBUF_NULL_MARK):
         at = text.find(mark)
         if at >= 0:
             said = text[at + len(mark) :].splitlines()[0].lstrip(": ")
@@ -237,3 +278,16 @@ def bad_timestamp_refusal(exc: Exception) -> ConfigurationError | None:
             said = re.sub(r"\s*SQLSTATE: \w+\s*$", "", said)
             return ConfigurationError(f"{said}; nothing was written")
     return avro.incompatible_refusal(exc)
+
+
+def _protobuf() -> Any:
+    """:mod:`.protobuf`, imported where a Protobuf format is used: it needs Python's
+    ``protobuf`` (the ``registry`` extra), which the other formats do not."""
+    try:
+        from . import protobuf
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"registry Protobuf needs Python's protobuf package ({exc}): pip install "
+            "'airflow-provider-kafka2pc[registry]'"
+        ) from None
+    return protobuf

@@ -352,6 +352,135 @@ def test_json_schema_values_read_back_through_the_registry(
         assert rows == expected
 
 
+def _order_message(package: str, name: str, fields: list[tuple[str, int, int]], *extra: str):
+    """A message class built by hand (not by the code under test) for ProtobufDeserializer:
+    ``fields`` are (name, number, FieldDescriptorProto type); ``extra`` messages come first."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message_factory import GetMessageClass
+
+    proto = descriptor_pb2.FileDescriptorProto(
+        name=f"{uuid.uuid4().hex}.proto", package=package, syntax="proto3"
+    )
+    for other in extra:
+        proto.message_type.add(name=other)
+    message = proto.message_type.add(name=name)
+    for field_name, number, kind in fields:
+        message.field.add(name=field_name, number=number, type=kind, label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}".lstrip(".")))
+
+
+def _read_protobuf(bootstrap, topic, client, rows, values, keys=None):
+    """Every record through ProtobufDeserializer (the registry's id, then the message
+    indexes, then the message), as dicts by the value's id."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from google.protobuf.json_format import MessageToDict
+
+    value_decode = ProtobufDeserializer(values, {}, schema_registry_client=client)
+    key_decode = keys and ProtobufDeserializer(keys, {}, schema_registry_client=client)
+    got, messages = {}, consume_all(bootstrap, topic, rows)
+    for message in messages:
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        value = MessageToDict(value_decode(message.value(), ctx))
+        if key_decode is not None:
+            key_ctx = SerializationContext(topic, MessageField.KEY)
+            value["key"] = MessageToDict(key_decode(message.key(), key_ctx))
+        got[int(value["id"])] = value
+    return messages, got
+
+
+def test_protobuf_values_and_keys_read_back_through_the_registry(
+    spark, registry, settings, bootstrap, protocol, make_topic
+):
+    """Protobuf: the schema derived from the columns (value and key, ``<topic>-value`` and
+    ``<topic>-key``, the JVM writer) and a given ``.proto`` whose second message is written
+    (``record_name``, message indexes [1], the Python writer): each record is magic 0, the
+    id, the message indexes, the message; ProtobufDeserializer reads every one back."""
+    from google.protobuf.descriptor_pb2 import FieldDescriptorProto as FD
+
+    rows = 300
+    source = (
+        orders(spark, rows)
+        .withColumn("id", F.col("id") + 1)  # a 0 would be left out: read back by id
+        .selectExpr("*", "named_struct('id', id) AS k")
+    )
+    client = SchemaRegistryClient({"url": registry})
+    topic = make_topic(2)
+    protobuf = {"schema_type": "PROTOBUF"}
+    batch = prepare_dataframe(
+        source,
+        topic=topic,
+        transactional_ids=ids(2),
+        producer_config=settings,
+        key_column="k",
+        wire=WireOptions(
+            registry={"url": registry},
+            value_format=RegistryFormat(**protobuf, record_name="Order", namespace="shop"),
+            key_format=RegistryFormat(**protobuf),
+        ),
+    )
+    commit(protocol, batch)
+    assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=rows, aborted=0)
+    value_id = client.get_latest_version(f"{topic}-value").schema_id
+    key_id = client.get_latest_version(f"{topic}-key").schema_id
+    fields = [("id", 1, FD.TYPE_INT64), ("customer", 2, FD.TYPE_STRING)]
+    fields += [("amount", 3, FD.TYPE_DOUBLE), ("note", 4, FD.TYPE_STRING)]
+    key_class = _order_message("", "topLevelRecord", [("id", 1, FD.TYPE_INT64)])
+    messages, got = _read_protobuf(
+        bootstrap, topic, client, rows, _order_message("shop", "Order", fields), key_class
+    )
+    assert {m.value()[:6] for m in messages} == {wire_header(value_id) + b"\x00"}
+    assert {m.key()[:6] for m in messages} == {wire_header(key_id) + b"\x00"}
+    expected = {}
+    for r in source.collect():  # proto3 leaves a 0 and a null out; int64 reads as text
+        row = {"id": str(r["id"]), "customer": r["customer"], "key": {"id": str(r["id"])}}
+        row.update({k: r[k] for k in ("amount", "note") if r[k]})
+        expected[r["id"]] = row
+    assert got == expected
+
+    given = """
+        syntax = "proto3";
+        package shop;
+        // The first message is not the one written: the header says which.
+        message Audit { string who = 1; }
+        message OrderLine {
+          int64 id = 1;
+          string customer = 2;
+          optional string note = 7;
+        }
+    """
+    topic = make_topic(2)
+    fmt = RegistryFormat(
+        **protobuf, schema=given, record_name="OrderLine", subject_name_strategy="record_name"
+    )
+    batch = prepare_dataframe(
+        source.select("id", "customer", "note"),
+        topic=topic,
+        transactional_ids=ids(2),
+        producer_config=settings,
+        writer="python",
+        key_column="id",
+        wire=WireOptions(registry={"url": registry}, value_format=fmt),
+    )
+    commit(protocol, batch)
+    assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=rows, aborted=0)
+    schema_id = client.get_latest_version("shop.OrderLine").schema_id
+    line = _order_message(
+        "shop",
+        "OrderLine",
+        [("id", 1, FD.TYPE_INT64), ("customer", 2, FD.TYPE_STRING), ("note", 7, FD.TYPE_STRING)],
+        "Audit",
+    )
+    messages, got = _read_protobuf(bootstrap, topic, client, rows, line)
+    assert {m.value()[:7] for m in messages} == {wire_header(schema_id) + b"\x02\x02"}
+    assert got == {
+        r["id"]: {"id": str(r["id"]), "customer": r["customer"]}
+        | ({"note": r["note"]} if r["note"] is not None else {})
+        for r in source.collect()
+    }
+
+
 def _refused_cases(registry: str, topic: str) -> dict[str, tuple[WireOptions, type, str]]:
     incompatible = json.dumps(
         {"type": "record", "name": "topLevelRecord", "fields": [{"name": "x", "type": "int"}]}
