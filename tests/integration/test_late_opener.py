@@ -15,23 +15,34 @@ after (a pooled id back in the pool: fenced at once, not after the grace period)
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.coordination.recovery import recover
-from airflow_provider_kafka2pc.ledger import BatchState, Verdict
+from airflow_provider_kafka2pc.ledger import BatchState, Ledger, Verdict
 from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
 from airflow_provider_kafka2pc.transaction.controller import RetryPolicy, TransactionController
 from devtools.visible import read_committed
 from tests.conftest import assert_exactly_once
-from tests.integration.test_recover_cli import (  # noqa: F401 (fixtures)
-    ROWS,
-    names,
-    open_transaction,
-    prepared_batch,
-    state,
-    store,
-)
+from tests.integration.test_recover_cli import ROWS, open_transaction, prepared_batch, state
+
+
+@pytest.fixture
+def names() -> tuple[str, str]:
+    """An export of its own: id prefix, export id (the ledger is per test)."""
+    prefix = f"lo{uuid.uuid4().hex[:8]}"
+    return prefix, f"late.{prefix}"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Ledger]:
+    with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        yield ledger
 
 
 def test_a_task_opening_after_the_abort_is_fenced_by_the_next_recovery_round_at_once(
@@ -77,9 +88,7 @@ def test_a_zombie_reopening_a_participant_before_the_abort_is_fenced_by_the_abor
 ):
     prefix, export_id = names
     topic = make_topic(2)
-    _, (c0, _) = prepared_batch(
-        store, settings, export_id, prefix, "decided", topic, Verdict.ABORT
-    )
+    _, (c0, _) = prepared_batch(store, settings, export_id, prefix, "decided", topic, Verdict.ABORT)
     # Another attempt of partition 0's task reopens its id: its InitProducerId ends the
     # recorded transaction, and it opens one of its own under a newer epoch, which the
     # abort's EndTxn with the recorded epoch does not touch.
