@@ -160,6 +160,9 @@ final class PartitionTransaction {
     }
 
     private void open() {
+        if (hook != null) {
+            hook.beforeOpen(partition, attempt);
+        }
         stopIfKilled(null);
         deliveries = new Deliveries();
         try {
