@@ -10,6 +10,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.errors.AuthorizationException;
+import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -174,7 +175,12 @@ final class PartitionTransaction {
                     + "): cannot create its producer: " + causes(failure));
         }
         state = State.OPEN;
-        producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
+        try {
+            producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
+        } catch (InterruptException interrupted) { // Spark's kill on Connect: nothing begun
+            stopIfKilled(producer);
+            throw interrupted;
+        }
         stopIfKilled(producer); // killed during InitProducerId: still nothing open
         producer.beginTransaction();
         columns = new Columns(spec.schema, spec.headerNames, spec.topics);
