@@ -12,8 +12,9 @@ ledger's leases where the broker cannot list), describes them (state, producer i
 start, timeout) and resolves each by the ledger's verdict for the batch that holds its
 id: COMMIT -> committed with the stored producer id/epoch (a transaction under the id
 with another producer id/epoch is not the committable's: fenced); ABORT, or no verdict
-after the grace period -> aborted and fenced; no ledger record at all (an id under the
-prefix no batch holds) and open longer than the grace period -> fenced. A live run's
+after the grace period -> aborted and fenced; a pooled id back in the pool (its batch
+finished: a task that opened late) -> fenced at once; no ledger record at all (an id under
+the prefix the pool never handed out) and open longer than the grace period -> fenced. A live run's
 transaction (its batch changed, or the transaction opened, within the grace period) is
 never touched: the task waits for it (``wait_for_live``) and succeeds only when nothing
 is left. Its XCom is the report (found / committed / aborted / fenced / left, with

@@ -33,10 +33,13 @@ from ..errors import (
     Kafka2pcError,
     NothingPreparedError,
     ParticipantLostError,
+    ProtocolError,
     RepairImpossibleError,
     VerdictMismatchError,
 )
 from ..ledger import Batch, BatchKey, BatchState, Ledger, Participant, ParticipantState, Verdict
+from ..protocol.described import CoordinatorTxnState, DescribedTransaction
+from ..protocol.seam import TransactionProtocol
 from ..transaction.committable import Committable
 from ..transaction.controller import Outcome, Resolution, TransactionController
 from ..transaction.log_copy import CopyMismatchError, LogCopy, NotInLogError
@@ -91,6 +94,9 @@ class Finished:
     repaired: tuple[LostParticipant, ...] = ()
     #: How each repaired partition was written again: ``"log"`` or ``"source"``.
     repaired_from: dict[int, str] = field(default_factory=dict)
+    #: Ids an abort found with a transaction open after its EndTxns and fences (a task
+    #: that opened late, a zombie writer) and fenced.
+    late: tuple[str, ...] = ()
 
 
 class Coordinator:
@@ -417,6 +423,7 @@ class Coordinator:
             self.controller.fence(tid, defaults.FENCE_TIMEOUT_MS)
         if fenced:
             log.info("fenced %d leased ids without committables: %s", len(fenced), list(fenced))
+        late = self._sweep(batch)
         batch = self.ledger.finish(export_id, run_key)
         return Finished(
             batch,
@@ -425,12 +432,64 @@ class Coordinator:
             records=sum(p.committable.record_count for p in participants),
             records_now=sum(r.record_count for r in resolutions if r.outcome is Outcome.ABORTED),
             seconds=time.monotonic() - started,
+            late=tuple(late),
         )
+
+    def _sweep(self, batch: Batch) -> list[str]:
+        """After the abort's EndTxns and fences: fence each of the batch's ids still found
+        Ongoing (one DescribeTransactions for all), before the ids go back to the pool.
+
+        Whatever is Ongoing there now is no committable of this batch (those were just
+        aborted, and an EndTxn leaves PrepareAbort/CompleteAbort, not Ongoing): a task
+        that opened after its id was fenced, or a zombie attempt that reopened a
+        participant's id under a newer epoch, which an EndTxn with the recorded epoch does
+        not touch. Only what is open at this moment is seen; one that opens later is the
+        next recovery round's (an open transaction on an id back in the pool is fenced at
+        once). A broker that cannot describe: nothing swept, said in the log.
+        """
+        ids = list(dict.fromkeys(batch.transactional_ids))
+        try:
+            ongoing = ongoing_ids(self.controller.protocol, ids)
+        except Kafka2pcError as exc:
+            log.warning(
+                "%s: could not look for transactions opened after the abort (%s); the next "
+                "recovery round fences any",
+                batch.key,
+                exc,
+            )
+            return []
+        for tid in ongoing:
+            log.warning(
+                "%s: %s has a transaction open after the batch's abort (a task that opened "
+                "late, or a zombie writer): fencing it",
+                batch.key,
+                tid,
+            )
+            self.controller.fence(tid, defaults.FENCE_TIMEOUT_MS)
+        return ongoing
 
     def fence(self, transactional_ids: Sequence[str]) -> None:
         """Abort whatever these ids left open (their producer ids/epochs are unknown)."""
         for tid in transactional_ids:
             self.controller.fence(tid, defaults.FENCE_TIMEOUT_MS)
+
+
+def ongoing_ids(protocol: TransactionProtocol, ids: Sequence[str]) -> list[str]:
+    """Those of ``ids`` the coordinator reports Ongoing: one DescribeTransactions for all
+    where the protocol offers it, else (or when one unknown id fails the whole request)
+    one per id; an id the coordinator does not know is not open."""
+    if not ids:
+        return []
+    many = getattr(protocol, "describe_transactions", None)
+    rows: list[DescribedTransaction] = []
+    if many is not None:
+        try:
+            rows = list(many(list(ids)))
+        except ProtocolError:
+            many = None
+    if many is None:
+        rows = [row for tid in ids if (row := protocol.describe_transaction(tid)) is not None]
+    return [r.transactional_id for r in rows if r.state is CoordinatorTxnState.ONGOING]
 
 
 def _time_left(participants: Sequence[Participant]) -> str:

@@ -76,6 +76,7 @@ class _FinishOperator(BaseOperator):
             "records_now": finished.records_now,
             "outcomes": {r.transactional_id: r.outcome.value for r in finished.resolutions},
             "fenced": list(finished.fenced),
+            "late": list(finished.late),
             "repaired": [
                 {
                     "partition": lp.index,
@@ -383,12 +384,14 @@ class KafkaTransactionAbortOperator(_FinishOperator):
                 )
         batch = finished.batch
         self.log.info(
-            "%s: ABORTED attempt %d, %d records discarded (%d by this try), %d ids fenced",
+            "%s: ABORTED attempt %d, %d records discarded (%d by this try), %d ids fenced, "
+            "%d found open again after that and fenced",
             self.label,
             batch.attempt,
             finished.records,
             finished.records_now,
             len(finished.fenced),
+            len(finished.late),
         )
         Stats.incr("kafka2pc.abort.batches", tags=self._tags(batch))
         context["ti"].xcom_push(key="abort", value=self._result(finished))

@@ -52,7 +52,7 @@ SPARK_JARS = Path(pyspark.__file__).parent / "jars"
 
 def fault_hook(fault: str) -> str:
     """The hook property's value for :data:`FAULT_HOOK` with ``fault``
-    (``partition,rows,attempts,die|fail|halt[,marker]``)."""
+    (``partition,rows,attempts,die|fail|halt|late[,marker]``)."""
     return f"{FAULT_HOOK}:{fault}"
 
 

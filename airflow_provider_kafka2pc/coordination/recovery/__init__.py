@@ -11,8 +11,11 @@ the verdict of the batch that holds its id:
   (that one has already ended: an id has one open transaction at a time): it is fenced.
 * ABORT verdict, or none once the batch is stale (unchanged for the grace period, or past
   its earliest transaction timeout): aborted, then fenced, so a zombie writer cannot go on.
-* No ledger record at all (an id under the prefix that no batch holds): fenced once it has
-  been open for the grace period; InitProducerId aborts whatever the id left open.
+* A pooled id back in the pool (its last batch finished, no run leases it): fenced at once.
+  Whatever is open there opened after its batch ended (a late-opening task of a failed job,
+  a zombie executor), so no run can own it.
+* No ledger record at all (an id under the prefix that the pool never handed out): fenced
+  once it has been open for the grace period; InitProducerId aborts whatever the id left open.
 
 A live run (its batch changed within the grace period, or its transaction younger than
 that) is never touched: it is reported as left. Which batches to touch is a rule

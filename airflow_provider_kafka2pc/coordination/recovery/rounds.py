@@ -247,7 +247,8 @@ def act_round(
     for tp in txn_plans:
         tid = tp.txn.transactional_id
         done = finished.get(tp.batch_key) if tp.batch_key else None
-        if tp.action is TransactionAction.ABORT and done is not None and tid not in done.fenced:
+        fenced_by_abort = done is not None and (tid in done.fenced or tid in done.late)
+        if tp.action is TransactionAction.ABORT and done is not None and not fenced_by_abort:
             # Abort + fence: the epoch bump stops a zombie writer from going on.
             _fence(report, controller, tid, f"after the abort of {tp.batch_key}")
 
@@ -384,6 +385,8 @@ def _finish_batch(
             report.aborted[r.transactional_id] = line
     for tid in finished.fenced:
         report.fenced[tid] = f"leased by {label}, no committable: fenced by its abort"
+    for tid in finished.late:
+        report.fenced[tid] = f"open again after the abort of {label} (a late opener): fenced"
     return finished
 
 

@@ -143,6 +143,8 @@ def classify(
                 return TransactionPlan(txn, TransactionAction.LEAVE, why)
             why = f"leased by run {lease.run_key!r}, begun after this round read the ledger"
             return TransactionPlan(txn, TransactionAction.LEAVE, why, live=True)
+        if lease is not None and txn.known:
+            return _late_opener(txn, lease)
         record = "no batch holds this id" if lease is not None else "no ledger record of this id"
         age = txn.age(now)
         if not txn.known:
@@ -183,6 +185,25 @@ def classify(
         )
         return TransactionPlan(txn, TransactionAction.FENCE, why, key)
     return TransactionPlan(txn, TransactionAction.COMMIT, f"batch {key}: {holder.why}", key)
+
+
+def _late_opener(txn: OpenTransaction, lease: Lease) -> TransactionPlan:
+    """An open transaction on a pooled id that is back in the pool: fenced at once.
+
+    A lease returns to the pool only when its batch is final (COMMITTED: its transactions
+    committed; ABORTED: aborted and fenced), so no run owns what is open there: a task that
+    opened after its batch's abort fence (a job the server ran on, a zombie executor).
+    Safe against a run leasing the id meanwhile: the round read the broker before the
+    ledger, and a run opens its transactions only after its lease, so the transaction found
+    is not that run's; the fence checks the lease and the transaction's producer id and epoch
+    again right before it strikes (``rounds._fence_checked``).
+    """
+    why = (
+        f"pooled id {lease.transactional_id} is back in the pool (its last batch finished), "
+        f"yet a transaction (pid {txn.producer_id}, epoch {txn.producer_epoch}) is open on it:"
+        " a late opener, fenced at once"
+    )
+    return TransactionPlan(txn, TransactionAction.FENCE, why)
 
 
 def _undated(

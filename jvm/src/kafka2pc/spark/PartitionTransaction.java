@@ -10,9 +10,12 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.errors.AuthorizationException;
+import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.TaskContext;
+import org.apache.spark.TaskKilledException;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
@@ -30,6 +33,15 @@ import org.apache.spark.unsafe.types.UTF8String;
  * the producer's internals, and leaves the transaction open with {@code close(Duration.ZERO)},
  * which skips the abort a graceful close makes. {@link #failed} aborts. A {@link WriterHook},
  * when one is named, is called after each record sent.
+ *
+ * <p>A task Spark killed (its job failed or was cancelled) never opens late: it asks its
+ * {@link TaskContext} before it creates its producer and again after InitProducerId, before
+ * its first record (nothing is open on the broker until then), and ends as killed. Why:
+ * the job's abort fences the ids as soon as the job fails, while the kill reaches the tasks
+ * asynchronously; a task that opened after that fence held its transaction open until the
+ * broker's timeout. A killed task's abort clears the thread's interrupt first (Spark Connect
+ * kills with an interrupt, which failed the producer's wait for the abort and left the
+ * transaction open), and sets it again once the producer is closed.
  */
 final class PartitionTransaction {
     static final String KEY = "__kafka2pc_key";
@@ -111,6 +123,9 @@ final class PartitionTransaction {
             return new IllegalStateException(failure.getMessage());
         }
         abort(failure);
+        if (failure instanceof TaskKilledException killed) {
+            return killed; // Spark's own: the task ends as killed, not as failed
+        }
         return new IllegalStateException("kafka2pc: partition " + partition + " (" + tid
                 + "): " + causes(failure));
     }
@@ -123,6 +138,7 @@ final class PartitionTransaction {
         }
         state = State.ENDED;
         boolean aborted = false;
+        boolean interrupted = Thread.interrupted(); // a kill's interrupt fails every wait below
         if (!(cause instanceof ProducerFencedException || cause instanceof AuthorizationException)) {
             try {
                 producer.abortTransaction();
@@ -132,13 +148,23 @@ final class PartitionTransaction {
                 // coordinator aborts it at its timeout, or the orchestrator fences the id
             }
         }
-        producer.close(aborted ? Duration.ofSeconds(5) : Duration.ZERO);
+        try {
+            producer.close(aborted ? Duration.ofSeconds(5) : Duration.ZERO);
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt(); // Spark's to see: the task was killed
+            }
+        }
         System.err.println("kafka2pc: " + tid + ": writing failed ("
                 + (cause == null ? "task aborted" : cause.getClass().getName())
                 + "), transaction " + (aborted ? "aborted" : "left to be fenced"));
     }
 
     private void open() {
+        if (hook != null) {
+            hook.beforeOpen(partition, attempt);
+        }
+        stopIfKilled(null);
         deliveries = new Deliveries();
         try {
             producer = new KafkaProducer<>(spec.producerProperties(tid), new ByteArraySerializer(),
@@ -149,9 +175,42 @@ final class PartitionTransaction {
                     + "): cannot create its producer: " + causes(failure));
         }
         state = State.OPEN;
-        producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
+        try {
+            producer.initTransactions(); // fences (aborts) a failed earlier attempt of this id
+        } catch (InterruptException interrupted) { // Spark's kill on Connect: nothing begun
+            stopIfKilled(producer);
+            throw interrupted;
+        }
+        stopIfKilled(producer); // killed during InitProducerId: still nothing open
         producer.beginTransaction();
         columns = new Columns(spec.schema, spec.headerNames, spec.topics);
+    }
+
+    /**
+     * Ends a task Spark killed before it opens its transaction: {@code producer} (none yet,
+     * or initialised, with no transaction begun) closed, then Spark's
+     * {@link TaskKilledException}. Outside Spark (no task context) it never stops.
+     */
+    private void stopIfKilled(Producer<byte[], byte[]> initialised) {
+        TaskContext context = TaskContext.get();
+        if (context == null || !context.isInterrupted()) {
+            return;
+        }
+        state = State.ENDED;
+        if (initialised != null) {
+            boolean interrupted = Thread.interrupted();
+            try {
+                initialised.close(Duration.ZERO);
+            } finally {
+                if (interrupted) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
+        String reason = context.getKillReason().getOrElse(() -> "killed");
+        System.err.println("kafka2pc: " + tid + ": task killed (" + reason + ") before it "
+                + "opened its transaction: nothing opened");
+        throw new TaskKilledException(reason);
     }
 
     /**

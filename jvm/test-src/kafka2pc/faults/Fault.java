@@ -18,8 +18,11 @@ import org.apache.kafka.clients.producer.Producer;
  * attempts (-1: every attempt), it fails. Mode {@code die} leaves the transaction open as a
  * dead executor would (flush, then {@code close(Duration.ZERO)}: the writer's abort then
  * finds the producer closed), {@code fail} raises through the writer's own error path
- * (which aborts), {@code halt} flushes and halts the JVM. {@code marker}: a file the fault
- * writes its facts to (JSON) before it dies or halts.
+ * (which aborts), {@code halt} flushes and halts the JVM. Mode {@code late} fails nothing:
+ * {@code rows} is a delay in milliseconds that the task waits before it opens its
+ * transaction (a task that opens late; {@code partition} -1: every task), its marker
+ * written as it starts waiting; an interrupt (Spark's kill) ends the wait early. {@code marker}: a file the fault writes its
+ * facts to (JSON) before it dies, halts or waits.
  */
 public final class Fault implements WriterHook {
     private final int partition;
@@ -32,9 +35,9 @@ public final class Fault implements WriterHook {
     public Fault(String text) {
         String[] parts = text.split(",", 5);
         if (parts.length < 4 || !(parts[3].equals("die") || parts[3].equals("fail")
-                || parts[3].equals("halt"))) {
-            throw new IllegalArgumentException(
-                    "kafka2pc.faults.Fault takes partition,rows,attempts,die|fail|halt[,marker]");
+                || parts[3].equals("halt") || parts[3].equals("late"))) {
+            throw new IllegalArgumentException("kafka2pc.faults.Fault takes "
+                    + "partition,rows,attempts,die|fail|halt|late[,marker]");
         }
         partition = Integer.parseInt(parts[0]);
         rows = Long.parseLong(parts[1]);
@@ -43,10 +46,26 @@ public final class Fault implements WriterHook {
         marker = parts.length == 5 ? parts[4] : null;
     }
 
+    /** Mode {@code late}: waits {@code rows} ms when this task is the one. */
+    @Override
+    public void beforeOpen(int taskPartition, int attempt) {
+        if (!mode.equals("late") || (partition >= 0 && taskPartition != partition)
+                || (attempts >= 0 && attempt >= attempts)) {
+            return;
+        }
+        mark(attempt, 0);
+        try {
+            Thread.sleep(rows);
+        } catch (InterruptedException killed) {
+            Thread.currentThread().interrupt(); // the writer asks Spark next: killed, it stops
+        }
+    }
+
     /** Fails here when this task is the one, at the row count given. */
     @Override
     public void afterSend(int taskPartition, int attempt, long sent, Producer<byte[], byte[]> producer) {
-        if (taskPartition != partition || sent != rows || (attempts >= 0 && attempt >= attempts)) {
+        if (mode.equals("late") || taskPartition != partition || sent != rows
+                || (attempts >= 0 && attempt >= attempts)) {
             return;
         }
         if (mode.equals("fail")) {

@@ -478,15 +478,32 @@ CLASSIFY_RULES = [
         "no ledger record of this id; open for 20 min 0 s (grace period 10 min 0 s)",
         id="no ledger record, open past the grace period -> FENCE",
     ),
+    # A free lease: the id is back in the pool, its last batch final (the pool releases an
+    # id only when its batch is COMMITTED or ABORTED), so what is open there opened after
+    # that batch ended, a late opener: fenced at once, whatever its age. Against a run that
+    # leases the id meanwhile: the round reads the broker before the ledger, a run opens only
+    # after its lease, so a lease the round sees free cannot be of the run that opened what
+    # the round found; a lease taken after that read is checked again before the fence.
+    _txn_row(
+        None,
+        free_lease(),
+        open_txn(age=timedelta(0)),
+        T.FENCE,
+        False,
+        None,
+        "pooled id exp-0 is back in the pool (its last batch finished), yet a transaction "
+        f"(pid 42, epoch {EPOCH}) is open on it: a late opener, fenced at once",
+        id="no batch, free lease, opened just now -> FENCE at once (a late opener)",
+    ),
     _txn_row(
         None,
         free_lease(),
         open_txn(age=JUST_UNDER),
-        T.LEAVE,
-        True,
+        T.FENCE,
+        False,
         None,
-        "no batch holds this id; opened 9 min 59 s ago, within the grace period",
-        id="no batch, free lease, 1 s under the grace period -> LEAVE live",
+        "is back in the pool (its last batch finished)",
+        id="no batch, free lease, 1 s under the grace period -> FENCE at once",
     ),
     _txn_row(
         None,
@@ -495,8 +512,18 @@ CLASSIFY_RULES = [
         T.FENCE,
         False,
         None,
-        "no batch holds this id; open for 10 min 0 s (grace period 10 min 0 s)",
+        "a late opener, fenced at once",
         id="no batch, free lease, exactly the grace period -> FENCE",
+    ),
+    _txn_row(
+        None,
+        lease(run_key="run-z"),
+        open_txn(age=timedelta(0)),
+        T.LEAVE,
+        True,
+        None,
+        "leased by run 'run-z', begun after this round read the ledger",
+        id="no batch, the id leased again by a run since the broker was read -> LEAVE live",
     ),
     # -- a batch holds the id: its plan decides, the lease does not matter -----------------
     _txn_row(
@@ -727,8 +754,16 @@ UNDATED_RULES = [
         STALE,
         T.FENCE,
         False,
-        "no batch holds this id; start not reported, open since recovery first saw it 20 min",
+        "is back in the pool (its last batch finished)",
         id="free lease, first seen 20 min ago -> FENCE",
+    ),
+    _undated_row(
+        free_lease(),
+        None,
+        T.FENCE,
+        False,
+        "a late opener, fenced at once",
+        id="free lease, never seen before -> FENCE at once (a late opener)",
     ),
     _undated_row(
         lease(),
