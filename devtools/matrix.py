@@ -194,6 +194,7 @@ _prove(
     (
         "value_format: registry Avro",
         "value_format: registry JSON Schema",
+        "value_format: registry Protobuf",
         "key_format: registry Avro",
     ),
     ("connect",),
@@ -214,6 +215,7 @@ _prove(
     (
         "topic_column + topics (several topics)",
         "value_format: registry Avro",
+        "value_format: registry Protobuf",
         "tombstone_when",
         "timestamp_column",
         "writer python",

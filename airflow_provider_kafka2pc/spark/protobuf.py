@@ -9,8 +9,8 @@ the project's Java UDF (``kafka2pc.spark.ProtobufEncode``: protobuf-java's
 by Maven Central; protobuf-java is, and is added to the session like spark-avro.
 
 The schema comes from the DataFrame (:func:`derive_schema`, proto3 ``.proto`` text) or from
-the user (``.proto`` text, :mod:`.proto_text`); either way it is compiled here into a file
-descriptor, checked against the columns on the driver (:func:`check_encodable`) and
+the user (``.proto`` text); either way ``protoc`` compiles it (:mod:`.proto_text`) into a
+file descriptor, checked against the columns on the driver (:func:`check_encodable`) and
 registered as confluent-kafka's ``ProtobufSerializer`` registers one: the base64 of the
 ``FileDescriptorProto``.
 """

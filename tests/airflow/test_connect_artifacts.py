@@ -1,10 +1,11 @@
 """A plain Spark Connect server (``start-connect-server.sh`` without ``--jars``) gets what
-the export needs as session artifacts: the JVM writer's jars, Spark's spark-avro.
+the export needs as session artifacts: the JVM writer's jars, Spark's spark-avro,
+protobuf-java.
 
 ``writer="jvm"`` runs there (our jar and kafka-clients shipped with the session, loaded by
 the server's driver and fetched by its executors; ``auto`` keeps the Python writer on such a
-server, where shipping them costs what the JVM writer saves), registry Avro and
-JSON Schema values are encoded by the server and read back with confluent-kafka's
+server, where shipping them costs what the JVM writer saves), registry Avro, JSON Schema
+and Protobuf values are encoded by the server and read back with confluent-kafka's
 deserializers asking the real registry; a column the given Avro schema cannot carry is
 refused in the shuffle's map stage, before any transaction opens. Witnesses: the log's
 markers and a read_committed consumer, and the server's own log of the session's jars.
@@ -22,6 +23,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_provider_kafka2pc.errors import ConfigurationError
@@ -33,7 +35,7 @@ from airflow_provider_kafka2pc.transaction.controller import TransactionControll
 from tests.airflow.test_connect_jvm_writer import argv, routed_rows
 from tests.conftest import assert_exactly_once, audit, unique_id
 from tests.support.connect import ConnectServer, connect_server
-from tests.support.registry import running_registry
+from tests.support.registry import protobuf_message, running_registry
 
 ROWS = 400
 
@@ -112,7 +114,7 @@ def read_committed(bootstrap: str, topic: str, expected: int) -> list[Any]:
     return got
 
 
-@pytest.mark.parametrize("schema_type", ["AVRO", "JSON"])
+@pytest.mark.parametrize("schema_type", ["AVRO", "JSON", "PROTOBUF"])
 def test_registry_values_through_a_plain_server_read_back_against_the_registry(
     server: ConnectServer,
     registry: str,
@@ -138,15 +140,14 @@ def test_registry_values_through_a_plain_server_read_back_against_the_registry(
         )
         if schema_type == "AVRO":
             assert "spark-avro_2.13-4.2.0.jar" in shipped(spark)
+        if schema_type == "PROTOBUF":  # the encoder: protobuf-java and the project's jar
+            assert {"protobuf-java-4.36.2.jar", "kafka2pc-spark.jar"} <= shipped(spark)
 
     assert batch.metadata["writer"] == "jvm", batch.metadata
     TransactionController(protocol).commit_all(batch.committables)
     assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=ROWS)
     client = SchemaRegistryClient({"url": registry})
-    if schema_type == "AVRO":
-        values, keys = AvroDeserializer(client), AvroDeserializer(client)
-    else:
-        values, keys = JSONDeserializer(None, schema_registry_client=client), None
+    values, keys = _deserializers(schema_type, client)
     expected = {row["id"]: row for row in map(json.loads, source.read_text().splitlines())}
     got = {}
     for message in read_committed(bootstrap, topic, ROWS):
@@ -159,6 +160,26 @@ def test_registry_values_through_a_plain_server_read_back_against_the_registry(
         assert key == value["id"]
         got[key] = value
     assert got == expected
+
+
+def _deserializers(schema_type: str, client: SchemaRegistryClient) -> tuple[Any, Any]:
+    """(the values' deserializer, the keys' or None), each giving a dict."""
+    if schema_type == "AVRO":
+        return AvroDeserializer(client), AvroDeserializer(client)
+    if schema_type == "JSON":
+        return JSONDeserializer(None, schema_registry_client=client), None
+    # The derived message: the row's columns in order (Spark's JSON source sorts them).
+    from google.protobuf.descriptor_pb2 import FieldDescriptorProto as FD
+
+    fields = [("id", 1, FD.TYPE_INT64), ("kind", 2, FD.TYPE_STRING)]
+    row = protobuf_message("", "topLevelRecord", [*fields, ("payload", 3, FD.TYPE_STRING)])
+    decode = ProtobufDeserializer(row, {}, schema_registry_client=client)
+
+    def values(data: bytes, ctx: SerializationContext) -> dict[str, Any]:
+        message = decode(data, ctx)
+        return {"id": message.id, "payload": message.payload, "kind": message.kind}
+
+    return values, None
 
 
 def test_a_column_the_given_avro_schema_cannot_carry_is_refused_before_anything_opens(

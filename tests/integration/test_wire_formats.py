@@ -40,7 +40,7 @@ from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from tests.conftest import assert_exactly_once, unique_id
-from tests.support.registry import HOME, running_registry
+from tests.support.registry import HOME, protobuf_message, running_registry
 from tests.support.spark import PYTHON_ENV, QUIET_CONF
 
 ROWS = 2_000
@@ -352,25 +352,6 @@ def test_json_schema_values_read_back_through_the_registry(
         assert rows == expected
 
 
-def _order_message(package: str, name: str, fields: list[tuple[str, int, int]], *extra: str):
-    """A message class built by hand (not by the code under test) for ProtobufDeserializer:
-    ``fields`` are (name, number, FieldDescriptorProto type); ``extra`` messages come first."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
-    from google.protobuf.message_factory import GetMessageClass
-
-    proto = descriptor_pb2.FileDescriptorProto(
-        name=f"{uuid.uuid4().hex}.proto", package=package, syntax="proto3"
-    )
-    for other in extra:
-        proto.message_type.add(name=other)
-    message = proto.message_type.add(name=name)
-    for field_name, number, kind in fields:
-        message.field.add(name=field_name, number=number, type=kind, label=1)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}".lstrip(".")))
-
-
 def _read_protobuf(bootstrap, topic, client, rows, values, keys=None):
     """Every record through ProtobufDeserializer (the registry's id, then the message
     indexes, then the message), as dicts by the value's id."""
@@ -426,9 +407,9 @@ def test_protobuf_values_and_keys_read_back_through_the_registry(
     key_id = client.get_latest_version(f"{topic}-key").schema_id
     fields = [("id", 1, FD.TYPE_INT64), ("customer", 2, FD.TYPE_STRING)]
     fields += [("amount", 3, FD.TYPE_DOUBLE), ("note", 4, FD.TYPE_STRING)]
-    key_class = _order_message("", "topLevelRecord", [("id", 1, FD.TYPE_INT64)])
+    key_class = protobuf_message("", "topLevelRecord", [("id", 1, FD.TYPE_INT64)])
     messages, got = _read_protobuf(
-        bootstrap, topic, client, rows, _order_message("shop", "Order", fields), key_class
+        bootstrap, topic, client, rows, protobuf_message("shop", "Order", fields), key_class
     )
     assert {m.value()[:6] for m in messages} == {wire_header(value_id) + b"\x00"}
     assert {m.key()[:6] for m in messages} == {wire_header(key_id) + b"\x00"}
@@ -466,7 +447,7 @@ def test_protobuf_values_and_keys_read_back_through_the_registry(
     commit(protocol, batch)
     assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=rows, aborted=0)
     schema_id = client.get_latest_version("shop.OrderLine").schema_id
-    line = _order_message(
+    line = protobuf_message(
         "shop",
         "OrderLine",
         [("id", 1, FD.TYPE_INT64), ("customer", 2, FD.TYPE_STRING), ("note", 7, FD.TYPE_STRING)],
@@ -818,14 +799,15 @@ def test_the_prepare_application_takes_the_wire_options(tmp_path: Path):
 # -- prepare_in_job: the same spec from the lease task ------------------------------------------
 
 
-@pytest.mark.parametrize("writer", ["python", "jvm"])
+# Each writer with one format: the value is encoded before the writer, which sends its bytes.
+@pytest.mark.parametrize(("writer", "schema_type"), [("python", "AVRO"), ("jvm", "PROTOBUF")])
 def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timestamps(
-    spark, registry, settings, bootstrap, protocol, make_topic, tmp_path, writer
+    spark, registry, settings, bootstrap, protocol, make_topic, tmp_path, writer, schema_type
 ):
     """The lease task's parameters carry the whole export spec (layout 2): a job of the
-    user's own (``prepare_in_job``) exports rows routed among two topics as registry Avro,
-    with tombstones and record timestamps, exactly once; the job brings the registry's
-    settings as it brings Kafka's."""
+    user's own (``prepare_in_job``) exports rows routed among two topics as registry Avro
+    (or Protobuf, read back by ProtobufDeserializer), with tombstones and record timestamps,
+    exactly once; the job brings the registry's settings as it brings Kafka's."""
     from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
     from airflow_provider_kafka2pc.spark.external import JobParameters, prepare_in_job
 
@@ -840,7 +822,7 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
         topic_column="to",
         topics=tuple(topics),
         key_column="id",
-        value_format={"record_name": "Order", "namespace": "shop"},
+        value_format={"schema_type": schema_type, "record_name": "Order", "namespace": "shop"},
         tombstone_when="id % 5 = 0",
         timestamp_column="ms",
         writer=writer,
@@ -856,7 +838,7 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     assert batch.metadata["writer"] == writer and batch.topics == tuple(topics)
     commit(protocol, batch)
     client = SchemaRegistryClient({"url": registry})
-    decode = AvroDeserializer(client)
+    decode = _order_reader(schema_type, client)
     for index, topic in enumerate(topics):
         report, _ = assert_exactly_once(
             protocol, bootstrap, topic, *batch.committables, committed=200, aborted=0
@@ -870,3 +852,24 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
                 continue
             row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
             assert row["id"] == key and row["customer"] == f"customer-{key % 97}"
+
+
+def _order_reader(schema_type: str, client: SchemaRegistryClient) -> Any:
+    """A value's reader through the registry, giving ``id`` and ``customer``: Avro's, or
+    Protobuf's with a message ``shop.Order`` of the first two columns (a reader needs no
+    more fields than it reads)."""
+    if schema_type == "AVRO":
+        return AvroDeserializer(client)
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from google.protobuf.descriptor_pb2 import FieldDescriptorProto as FD
+
+    fields = [("id", 1, FD.TYPE_INT64), ("customer", 2, FD.TYPE_STRING)]
+    order = ProtobufDeserializer(
+        protobuf_message("shop", "Order", fields), {}, schema_registry_client=client
+    )
+
+    def read(data: bytes, ctx: SerializationContext) -> dict[str, Any]:
+        message = order(data, ctx)
+        return {"id": message.id, "customer": message.customer}
+
+    return read

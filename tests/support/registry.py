@@ -14,9 +14,11 @@ import shutil
 import subprocess
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from devtools.broker.node import free_port
 
@@ -99,3 +101,25 @@ def _wait_ready(url: str, process: subprocess.Popen, timeout_s: float) -> None:
         except OSError:
             time.sleep(0.5)
     raise RuntimeError(f"the registry did not answer at {url} within {timeout_s} s")
+
+
+def protobuf_message(
+    package: str, name: str, fields: list[tuple[str, int, int]], *extra: str
+) -> Any:
+    """A message class built by hand (not by the code under test) for confluent-kafka's
+    ProtobufDeserializer: ``fields`` are (name, number, FieldDescriptorProto type); ``extra``
+    messages come first in the file. A reader needs no more fields than it checks."""
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message_factory import GetMessageClass
+
+    proto = descriptor_pb2.FileDescriptorProto(
+        name=f"{uuid.uuid4().hex}.proto", package=package, syntax="proto3"
+    )
+    for other in extra:
+        proto.message_type.add(name=other)
+    message = proto.message_type.add(name=name)
+    for field_name, number, kind in fields:
+        message.field.add(name=field_name, number=number, type=kind, label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}".lstrip(".")))

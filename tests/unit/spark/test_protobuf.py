@@ -4,6 +4,7 @@ text compiled, the columns checked against it, and the message-index framing."""
 from __future__ import annotations
 
 import base64
+import importlib.util
 
 import pytest
 from google.protobuf import descriptor_pb2
@@ -12,7 +13,6 @@ from pyspark.sql import types as T
 from airflow_provider_kafka2pc.connection.registry import RegisteredSchema, subject_name
 from airflow_provider_kafka2pc.errors import ConfigurationError
 from airflow_provider_kafka2pc.spark import protobuf
-from airflow_provider_kafka2pc.spark.proto_text import parse
 
 ROW = T.StructType(
     [
@@ -110,7 +110,7 @@ def test_a_non_struct_and_a_bad_name_are_refused():
 GIVEN = """
 syntax = "proto3";
 package shop;
-option java_package = "com.example.shop"; // options are read and dropped
+option java_package = "com.example.shop"; // kept in the descriptor
 import "google/protobuf/timestamp.proto";
 /* the first message is not the one written */
 message Audit { string who = 1; }
@@ -177,23 +177,30 @@ def test_the_columns_are_checked_against_a_given_schema():
 @pytest.mark.parametrize(
     ("text", "says"),
     [
+        # protoc's own errors, with the line and column
+        ('syntax = "proto3"; message A { int32 a = 1 }', r'schema.proto:1:\d+: Expected ";"'),
+        ('syntax = "proto3"; message A { Missing m = 1; }', '"Missing" is not defined'),
+        ('syntax = "proto3"; import "other.proto"; message A {}', "other.proto: File not found"),
+        # ours: what the encoder cannot write
         ('syntax = "proto2"; message A { optional int32 a = 1; }', "proto3 only"),
-        ('syntax = "proto3"; import "other.proto"; message A {}', "only"),
-        ('syntax = "proto3"; message A { int32 a = 1 }', "expected ;"),
-        ("message A { int32 a = 1; }", "no syntax"),
-        ('syntax = "proto3"; service S {}', "'service' is not supported"),
-        ('syntax = "proto3"; message A { Missing m = 1; }', "does not compile"),
+        ("message A { optional int32 a = 1; }", "proto3 only"),  # no syntax: proto2
+        ('syntax = "proto3"; import "google/protobuf/duration.proto"; message A {}', "only"),
+        ('syntax = "proto3"; enum E { E0 = 0; }', "no message"),
+        ("  ", "empty"),
     ],
 )
 def test_proto_text_that_does_not_parse_is_refused(text, says):
-    with pytest.raises(ConfigurationError, match=says):
+    with pytest.raises(ConfigurationError, match=f"does not parse: .*{says}"):
         protobuf.compile_schema(text)
 
 
-def test_map_fields_become_repeated_entries_as_protoc_writes_them():
-    proto = parse('syntax = "proto3"; message A { map<int64, string> by_id = 1; }')
-    entry = proto.message_type[0].nested_type[0]
-    assert entry.name == "ByIdEntry" and entry.options.map_entry
+def test_without_grpcio_tools_the_error_names_the_extra(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "grpc_tools" else real(name)
+    )
+    with pytest.raises(ConfigurationError, match=r"grpcio-tools.*kafka2pc\[registry\]"):
+        protobuf.compile_schema('syntax = "proto3"; message A {}')
 
 
 @pytest.mark.parametrize(
