@@ -8,9 +8,12 @@ measures:
 - :class:`Dataset`: deterministic records, parquet files, their digest and per-partition
   counts;
 - :func:`measure`: wall time, CPU of this process and its descendants by group, the broker's
-  CPU;
+  CPU; peak resident memory per process, per group and of the broker;
+- :func:`read_gc_log` / :func:`heap_after_full_gc`: a JVM's heap after garbage collection,
+  from its GC log (a spark-submit JVM) or asked with jcmd (the broker);
 - :func:`interleave`: an untimed warm-up, then rounds with a rotating order;
-- :func:`checked` / :func:`verify_topic`: log audit + read_committed + digest of every output;
+- :func:`checked` / :func:`verify_topic`: log audit + read_committed + digest of every output
+  (``Expected(streaming=True)``: in bounded memory, whatever the size);
 - ``print_*``: the tables, printed the same way by every benchmark;
 - :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
 - :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log;
@@ -28,7 +31,8 @@ from .connect import ConnectServer, connect_server
 from .cores import CoreTimeline, print_costs, write_svg
 from .data import Dataset, Digest, Record, key_of, value_of
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
-from .measure import Meter, measure
+from .jvm import HeapAfterGc, gc_log_option, heap_after_full_gc, read_gc_log
+from .measure import Meter, cmdline, descendants, measure, rss_mib
 from .options import add_subset_argument, parse_subset
 from .profile import Profile, profiled
 from .report import (
@@ -69,6 +73,7 @@ __all__ = [
     "Dataset",
     "Digest",
     "Expected",
+    "HeapAfterGc",
     "Meter",
     "PeerUnavailable",
     "Phase",
@@ -82,10 +87,14 @@ __all__ = [
     "add_cluster_arguments",
     "add_subset_argument",
     "checked",
+    "cmdline",
     "connect_server",
+    "descendants",
     "event_log_conf",
     "flight_recording",
     "fmt",
+    "gc_log_option",
+    "heap_after_full_gc",
     "interleave",
     "kafka2pc_commit",
     "key_of",
@@ -106,6 +115,8 @@ __all__ = [
     "profiled",
     "python_venv",
     "ratios",
+    "read_gc_log",
+    "rss_mib",
     "same_partition_counts",
     "server_phases",
     "spark_phases",

@@ -14,7 +14,7 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +82,28 @@ def _group(proc: _Proc, root: int) -> str:
     if proc.name.startswith("python"):
         return "Python"
     return "other"
+
+
+#: A benchmark's own names for some processes: (pid, name) -> a group, or None for the
+#: default grouping (:func:`_group`). Read once per process (and program it execs).
+Classify = Callable[[int, str], str | None]
+
+
+def cmdline(pid: int) -> bytes:
+    """A process's command line (NUL-separated; empty when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def rss_mib(pid: int) -> float | None:
+    """Resident memory of one process now, MiB (None when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[21]) * _PAGE_MIB
 
 
 def _cmdline_has(pid: int, words: tuple[bytes, ...]) -> bool:
@@ -155,6 +177,12 @@ def _tree(exclude: Iterable[int]) -> list[_Proc]:
     return tree
 
 
+def descendants(exclude: Iterable[int] = ()) -> list[tuple[int, str]]:
+    """(pid, name) of this process's descendants, without the subtrees under ``exclude``."""
+    root = os.getpid()
+    return [(p.pid, p.name) for p in _tree(exclude) if p.pid != root]
+
+
 def reap_orphans(keep: Iterable[int] = ()) -> None:
     """Wait for exited descendants re-parented to this process (their CPU moves into ours)."""
     me, known = os.getpid(), set(keep)
@@ -182,6 +210,11 @@ class Meter:
     #: The largest resident memory one process of each group reached (MiB, the same
     #: samples): whether the driver's and the workers' memory stays flat as rows grow.
     peak_rss_mib: dict[str, float] = field(default_factory=dict)
+    #: Per group, the largest sum of its processes' resident memory in one sample (MiB):
+    #: the group's peak as a whole (several Python workers at once, say).
+    group_rss_mib: dict[str, float] = field(default_factory=dict)
+    #: The broker JVM's largest resident memory in the same samples (None: not sampled).
+    broker_peak_rss_mib: float | None = None
     #: The same samples as a time series: (epoch ms, CPU s of the measured processes so
     #: far, CPU s of the broker so far), so that a phase's CPU, and the cores left idle
     #: in it, can be read for any span of the run (:mod:`.cores`).
@@ -192,13 +225,20 @@ class _Sampler(threading.Thread):
     """Each descendant's own CPU, first and last seen, by group."""
 
     def __init__(
-        self, exclude: list[int], interval_s: float = 0.2, broker_pid: int | None = None
+        self,
+        exclude: list[int],
+        interval_s: float = 0.2,
+        broker_pid: int | None = None,
+        classify: Classify | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.exclude, self.interval_s, self.broker_pid = exclude, interval_s, broker_pid
+        self.classify = classify
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
         self.peak_rss: dict[int, float] = {}
+        self.group_rss: dict[str, float] = {}
+        self.broker_rss: float | None = None
         self.groups_of: dict[tuple[int, str], str] = {}
         self.series: list[tuple[float, float, float]] = []
         self.broker_first = (process_cpu(broker_pid) or 0.0) if broker_pid else 0.0
@@ -208,13 +248,23 @@ class _Sampler(threading.Thread):
     def sample(self, initial: bool = False) -> None:
         """Processes already there count from now on, new ones from their start."""
         root = os.getpid()
+        in_group: dict[str, float] = {}
         for proc in _tree(self.exclude):
             self.first.setdefault(proc.pid, proc.own if initial else 0.0)
             known = (proc.pid, proc.name)  # a process that execs another program is regrouped
             if known not in self.groups_of:  # its command line is read once
-                self.groups_of[known] = _group(proc, root)
-            self.last[proc.pid] = (self.groups_of[known], proc.own)
+                mine = self.classify(proc.pid, proc.name) if self.classify else None
+                self.groups_of[known] = mine or _group(proc, root)
+            group = self.groups_of[known]
+            self.last[proc.pid] = (group, proc.own)
             self.peak_rss[proc.pid] = max(self.peak_rss.get(proc.pid, 0.0), proc.rss_mib)
+            in_group[group] = in_group.get(group, 0.0) + proc.rss_mib
+        for group, total in in_group.items():
+            self.group_rss[group] = max(self.group_rss.get(group, 0.0), total)
+        if self.broker_pid:
+            broker_rss = rss_mib(self.broker_pid)
+            if broker_rss is not None:
+                self.broker_rss = max(self.broker_rss or 0.0, broker_rss)
         # An exited process keeps its last sample: the series never goes back.
         used = sum(cpu - self.first[pid] for pid, (_, cpu) in self.last.items())
         broker = (process_cpu(self.broker_pid) or 0.0) - self.broker_first if self.broker_pid else 0
@@ -243,18 +293,29 @@ class _Sampler(threading.Thread):
 
 @contextlib.contextmanager
 def measure(
-    broker_pid: int | None = None, *, by_group: bool = True, exclude: Iterable[int] = ()
+    broker_pid: int | None = None,
+    *,
+    by_group: bool = True,
+    exclude: Iterable[int] = (),
+    classify: Classify | None = None,
+    interval_s: float = 0.2,
 ) -> Iterator[Meter]:
     """Measure the block: wall seconds, CPU (total, and by process group unless
     ``by_group`` is False: its sampling thread would take the GIL from an in-process side
     now and then), the broker's CPU. The process trees under ``exclude`` (a long-lived
-    server another side uses) are left out, as the broker is."""
+    server another side uses) are left out, as the broker is. ``classify`` names some
+    processes' groups (the others are grouped by :func:`_group`); with ``by_group`` the
+    broker's resident memory is sampled too, every ``interval_s``."""
     meter = Meter()
     exclude = [*([broker_pid] if broker_pid else []), *exclude]
     broker_before = process_cpu(broker_pid) if broker_pid else None
     threads_before = broker_threads(broker_pid) if broker_pid else {}
     before = sum(p.cpu for p in _tree(exclude))
-    sampler = _Sampler(exclude, broker_pid=broker_pid) if by_group else None
+    sampler = (
+        _Sampler(exclude, interval_s, broker_pid=broker_pid, classify=classify)
+        if by_group
+        else None
+    )
     if sampler is not None:
         sampler.start()
     start = time.perf_counter()
@@ -264,6 +325,8 @@ def measure(
         meter.seconds = time.perf_counter() - start
         meter.cpu_groups = sampler.groups() if sampler is not None else {}
         meter.peak_rss_mib = sampler.peaks() if sampler is not None else {}
+        meter.group_rss_mib = dict(sampler.group_rss) if sampler is not None else {}
+        meter.broker_peak_rss_mib = sampler.broker_rss if sampler is not None else None
         meter.series = sampler.series if sampler is not None else []
         # Exact: a descendant that exited and was reaped meanwhile moved into its parent's
         # count of waited-for children.
