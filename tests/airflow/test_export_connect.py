@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_kafka2pc.export import default_id_prefix
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED
 from tests.airflow import dagtest
+from tests.airflow.test_job_errors import CASES, EVERY_PATH, RaisingPrepare, assert_refused_once
 from tests.airflow.test_loss_repair import EXPORT_TIMEOUT_MS, CommitRetriedAfterTheTimeout
 from tests.conftest import assert_exactly_once
 from tests.support.connect import ConnectServer, connect_server
@@ -388,3 +390,24 @@ def test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_
                     continue
                 row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
                 assert row["order_id"] == key and row["customer"] == f"customer-{key % 17}"
+
+
+@pytest.mark.parametrize("case", EVERY_PATH)
+def test_a_refusal_on_connect_fails_the_task_once_with_its_own_error(
+    case, server, export_dag, run_export, make_topic, protocol, bootstrap, monkeypatch
+):
+    """As through spark-submit (test_job_errors): the prepare raises the refusal the job
+    met, in the rows (the executors) or on the driver (this process), as itself and as
+    Airflow's no-retry failure; the orchestrator's abort leaves nothing open."""
+    use_connect(monkeypatch, server)
+    options, words, *kind = CASES[case]
+    topic = make_topic(2)
+    RaisingPrepare.raised.clear()
+    dag = export_dag(retries=2, operator_classes={"prepare": RaisingPrepare}, **options(topic))
+
+    result = run_export(dag, day=5)
+
+    prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
+    assert_refused_once(
+        result, "prepare", RaisingPrepare.raised, words, *kind, protocol, bootstrap, topic, prefix
+    )

@@ -85,6 +85,11 @@ CASES = {
 }
 
 
+#: The cases every other path proves too (test_export_connect, test_external_prepare): one
+#: refusal met by the executors in the rows, one met on the driver.
+EVERY_PATH = ("undeclared topic in a row", "string timestamp column")
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_refusal_in_the_job_fails_the_task_once_with_its_own_error(
     case, export_dag, run_export, make_topic, protocol, bootstrap
@@ -98,16 +103,32 @@ def test_a_refusal_in_the_job_fails_the_task_once_with_its_own_error(
 
     result = run_export(dag, day=3)
 
-    assert result.state == "failed", result
     assert result.tasks["prepare"] == "failed"
-    assert result.tries["prepare"] == 1, result.tries  # permanent: no retry of retries=2
-    # The task raised the job's own error, class and words first, not spark-submit's exit
-    # code; and as Airflow's no-retry failure.
-    [raised] = RaisingPrepare.raised
-    assert isinstance(raised, ConfigurationError) and isinstance(raised, AirflowFailException)
-    assert type(raised).__name__ == (kind[0] if kind else "ConfigurationError")
-    assert words in str(raised) and not str(raised).startswith("Cannot execute"), raised
-    # Nothing open, nothing visible, by both witnesses.
+    assert not str(RaisingPrepare.raised[-1]).startswith("Cannot execute"), RaisingPrepare.raised
     prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
+    assert_refused_once(
+        result, "prepare", RaisingPrepare.raised, words, *kind, protocol, bootstrap, topic, prefix
+    )
+
+
+def assert_refused_once(
+    result: dagtest.DagTestResult,
+    task: str,
+    raised: list[BaseException],
+    words: str,
+    *rest: Any,
+) -> None:
+    """The run failed; ``task`` ran once (permanent: no retry of ``retries=2``) and raised
+    the job's own error, its class and words first, as Airflow's no-retry failure; nothing
+    open, nothing visible by both witnesses. ``rest``: [the error's class name,] the
+    protocol, bootstrap, topic and transactional-id prefix."""
+    *kind, protocol, bootstrap, topic, prefix = rest
+    assert result.state == "failed", result
+    assert result.tasks[task] == "failed", result
+    assert result.tries[task] == 1, result.tries
+    [error] = raised
+    assert isinstance(error, ConfigurationError) and isinstance(error, AirflowFailException)
+    assert type(error).__name__ == (kind[0] if kind else "ConfigurationError")
+    assert words in str(error).splitlines()[0], error
     assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
     assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)
