@@ -35,7 +35,7 @@ class RaisingPrepare(SparkKafkaPrepareOperator):
             raise
 
 
-def _rows(expression: str) -> dict[str, str]:
+def rows_with(expression: str) -> dict[str, str]:
     return {
         "sql": f"SELECT id AS order_id, CAST(id AS DOUBLE) AS amount, {expression} "
         f"FROM range(0, {ROWS})"
@@ -51,13 +51,13 @@ CASES = {
             "topic": None,
             "topic_column": "dest",
             "topics": [topic],
-            "source": _rows(f"IF(id = 7, 'w_typo', '{topic}') AS dest"),
+            "source": rows_with(f"IF(id = 7, 'w_typo', '{topic}') AS dest"),
         },
         "names topic w_typo in some rows",
     ),
     # Met on the driver, when the columns are checked.
     "string timestamp column": (
-        lambda topic: {"topic": topic, "timestamp_column": "ts", "source": _rows("'x' AS ts")},
+        lambda topic: {"topic": topic, "timestamp_column": "ts", "source": rows_with("'x' AS ts")},
         "timestamp column 'ts' has type string",
     ),
     # Met in the rows, by the JVM, before any transaction opens.
@@ -65,7 +65,7 @@ CASES = {
         lambda topic: {
             "topic": topic,
             "timestamp_column": "ts",
-            "source": _rows(
+            "source": rows_with(
                 "IF(id = 3, CAST(-5000 AS BIGINT), CAST(1700000000000 AS BIGINT)) AS ts"
             ),
         },
@@ -77,7 +77,7 @@ CASES = {
         lambda topic: {
             "topic": topic,
             "timestamp_column": "ts",
-            "source": _rows("CAST(1772323200000 + id AS BIGINT) AS ts"),  # 2026-03-01
+            "source": rows_with("CAST(1772323200000 + id AS BIGINT) AS ts"),  # 2026-03-01
         },
         "retention.ms",
         "TimestampRefusedError",
