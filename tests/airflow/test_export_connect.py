@@ -417,7 +417,15 @@ def test_a_refusal_on_connect_fails_the_task_once_with_its_own_error(
 
     prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
     assert_refused_once(
-        result, "prepare", RaisingPrepare.raised, words, *kind, protocol, bootstrap, topic, prefix
+        result,
+        "prepare",
+        RaisingPrepare.raised,
+        words,
+        *kind,
+        protocol=protocol,
+        bootstrap=bootstrap,
+        topic=topic,
+        prefix=prefix,
     )
 
 

@@ -195,4 +195,14 @@ def test_a_refusal_in_prepare_in_job_fails_the_job_task_once_with_its_own_error(
     assert result.tasks["record"] == "upstream_failed", result
     assert result.tasks["decide"] == "success" and result.tries["abort"] == 1, result
     prefix = default_prefix(f"{dag_id}.export")
-    assert_refused_once(result, "job", raised, words, *kind, protocol, bootstrap, topic, prefix)
+    assert_refused_once(
+        result,
+        "job",
+        raised,
+        words,
+        *kind,
+        protocol=protocol,
+        bootstrap=bootstrap,
+        topic=topic,
+        prefix=prefix,
+    )

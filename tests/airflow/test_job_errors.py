@@ -103,11 +103,17 @@ def test_a_refusal_in_the_job_fails_the_task_once_with_its_own_error(
 
     result = run_export(dag, day=3)
 
-    assert result.tasks["prepare"] == "failed"
-    assert not str(RaisingPrepare.raised[-1]).startswith("Cannot execute"), RaisingPrepare.raised
     prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
     assert_refused_once(
-        result, "prepare", RaisingPrepare.raised, words, *kind, protocol, bootstrap, topic, prefix
+        result,
+        "prepare",
+        RaisingPrepare.raised,
+        words,
+        *kind,
+        protocol=protocol,
+        bootstrap=bootstrap,
+        topic=topic,
+        prefix=prefix,
     )
 
 
@@ -116,19 +122,24 @@ def assert_refused_once(
     task: str,
     raised: list[BaseException],
     words: str,
-    *rest: Any,
+    kind: str = "ConfigurationError",
+    *,
+    protocol: Any,
+    bootstrap: str,
+    topic: str,
+    prefix: str,
 ) -> None:
     """The run failed; ``task`` ran once (permanent: no retry of ``retries=2``) and raised
-    the job's own error, its class and words first, as Airflow's no-retry failure; nothing
-    open, nothing visible by both witnesses. ``rest``: [the error's class name,] the
-    protocol, bootstrap, topic and transactional-id prefix."""
-    *kind, protocol, bootstrap, topic, prefix = rest
+    the job's own error (class ``kind``), its words first, as Airflow's no-retry failure;
+    nothing open under ``prefix``, nothing visible in ``topic`` by both witnesses."""
     assert result.state == "failed", result
     assert result.tasks[task] == "failed", result
     assert result.tries[task] == 1, result.tries
     [error] = raised
     assert isinstance(error, ConfigurationError) and isinstance(error, AirflowFailException)
-    assert type(error).__name__ == (kind[0] if kind else "ConfigurationError")
-    assert words in str(error).splitlines()[0], error
+    assert type(error).__name__ == kind
+    assert words in str(error), error
+    # No wrapper's words before the job's own (spark-submit's exit, Connect's gRPC error).
+    assert not str(error).startswith(("Cannot execute", "the prepare on Spark Connect")), error
     assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
     assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)
