@@ -26,12 +26,17 @@ from ..hooks.kafka2pc import Kafka2pcHook
 from ..hooks.ledger import LedgerHook
 from ..ledger import BatchState
 from ..spark.export_spec import OPTIONS, ExportSpec
-from ..spark.external import JobParameters
+from ..spark.external import JobParameters, raise_permanent_errors_as
 from ..spark.job import check_num_partitions, committables_for, local_path, summary
 from ..transaction.manifest import Manifest
 from ..utils import config
-from ..utils.task_errors import failing_permanent_errors
+from ..utils.task_errors import failing, failing_permanent_errors
 from ..version_compat import AirflowSkipException
+
+# The job task (``@task.pyspark``) runs prepare_in_job in this process, which imported this
+# module with the job's DAG: its refusals fail that task without a retry, as the prepare
+# operator's do.
+raise_permanent_errors_as(failing)
 
 
 def _safe(text: str) -> str:

@@ -19,13 +19,14 @@ its platform's secret store (and the schema registry's, with a registry format):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, PermanentError
 from ..transaction.manifest import Manifest
 from .export_spec import ExportSpec
 
@@ -33,6 +34,36 @@ log = logging.getLogger(__name__)
 
 #: The version of :class:`JobParameters`' dict form; a job refuses a newer one.
 PARAMETERS_VERSION = 2
+
+#: What a permanent error leaving :func:`prepare_in_job` becomes: itself on a platform (no
+#: Airflow there); in a process that runs Airflow tasks (``@task.pyspark``) also a failure
+#: Airflow does not retry, set by the lease operator's module, which the job's DAG imports
+#: (:func:`raise_permanent_errors_as`). The core imports nothing of Airflow.
+_permanent_error: Callable[[PermanentError], BaseException] | None = None
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def raise_permanent_errors_as(make: Callable[[PermanentError], BaseException] | None) -> None:
+    """:func:`prepare_in_job` raises ``make(error)`` for a permanent error from now on
+    (None: the error itself)."""
+    global _permanent_error
+    _permanent_error = make
+
+
+def _raising_permanent_errors(function: _F) -> _F:
+    """``function``'s permanent errors leave as :func:`raise_permanent_errors_as` says."""
+
+    @functools.wraps(function)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except PermanentError as exc:
+            if _permanent_error is None:
+                raise
+            raise _permanent_error(exc) from exc
+
+    return wrapped  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -115,6 +146,7 @@ def _read_version_2(data: dict[str, Any]) -> dict[str, Any]:
 _READERS = {1: _read_version_1, 2: _read_version_2}
 
 
+@_raising_permanent_errors
 def prepare_in_job(
     df: Any,
     parameters: JobParameters | Mapping[str, Any] | str,
@@ -143,7 +175,10 @@ def prepare_in_job(
 
     Call it once per run, from the job's driver (a classic or a Spark Connect session).
     On failure it raises and leaves the manifest unwritten: the record task then fails
-    and the abort task fences the ids. None when the batch was already prepared.
+    and the abort task fences the ids. A permanent error (a refusal of the input) is
+    raised as itself; in an Airflow task (``@task.pyspark``) also as Airflow's no-retry
+    failure, so the task's ``retries`` are not spent on it. None when the batch was
+    already prepared.
     """
     from .prepare import prepare_export
 

@@ -19,10 +19,20 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_kafka2pc.errors import PrepareError
+from airflow_provider_kafka2pc.export import default_id_prefix
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.manifest import ALIGNED
+from airflow_provider_kafka2pc.version_compat import AirflowFailException
 from tests.airflow import dagtest
+from tests.airflow.test_job_errors import (
+    CASES,
+    EVERY_PATH,
+    RaisingPrepare,
+    assert_refused_once,
+    rows_with,
+)
 from tests.airflow.test_loss_repair import EXPORT_TIMEOUT_MS, CommitRetriedAfterTheTimeout
 from tests.conftest import assert_exactly_once
 from tests.support.connect import ConnectServer, connect_server
@@ -388,3 +398,64 @@ def test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_
                     continue
                 row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
                 assert row["order_id"] == key and row["customer"] == f"customer-{key % 17}"
+
+
+@pytest.mark.parametrize("case", EVERY_PATH)
+def test_a_refusal_on_connect_fails_the_task_once_with_its_own_error(
+    case, server, export_dag, run_export, make_topic, protocol, bootstrap, monkeypatch
+):
+    """As through spark-submit (test_job_errors): the prepare raises the refusal the job
+    met, in the rows (the executors) or on the driver (this process), as itself and as
+    Airflow's no-retry failure; the orchestrator's abort leaves nothing open."""
+    use_connect(monkeypatch, server)
+    options, words, *kind = CASES[case]
+    topic = make_topic(2)
+    RaisingPrepare.raised.clear()
+    dag = export_dag(retries=2, operator_classes={"prepare": RaisingPrepare}, **options(topic))
+
+    result = run_export(dag, day=5)
+
+    prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
+    assert_refused_once(
+        result,
+        "prepare",
+        RaisingPrepare.raised,
+        words,
+        *kind,
+        protocol=protocol,
+        bootstrap=bootstrap,
+        topic=topic,
+        prefix=prefix,
+    )
+
+
+def test_a_job_failure_on_connect_that_is_no_refusal_is_retried(
+    server, export_dag, run_export, make_topic, protocol, bootstrap, monkeypatch
+):
+    """The other side of the same boundary: a job that fails for another reason (here a row
+    the source itself cannot compute) raises :class:`PrepareError`, which no marker calls
+    permanent: the task's ``retries`` decide, and each try's ids are aborted."""
+    use_connect(monkeypatch, server)
+    topic = make_topic(2)
+    RaisingPrepare.raised.clear()
+    broken = "IF(id = 7, CAST(raise_error('row 7 cannot be computed') AS STRING), 'x') AS note"
+    dag = export_dag(
+        topic=topic,
+        retries=1,
+        operator_classes={"prepare": RaisingPrepare},
+        source=rows_with(broken),
+    )
+
+    result = run_export(dag, day=6)
+
+    assert result.state == "failed", result
+    assert result.tasks["prepare"] == "failed"
+    assert result.tries["prepare"] == 2, result.tries  # retried once, as retries=1 says
+    assert [type(e) for e in RaisingPrepare.raised] == [PrepareError, PrepareError]
+    for error in RaisingPrepare.raised:
+        assert not isinstance(error, AirflowFailException)
+        assert str(error).startswith("the prepare job failed"), error
+        assert "row 7 cannot be computed" in str(error.__cause__), error.__cause__
+    prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
+    assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
+    assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)

@@ -35,7 +35,7 @@ class RaisingPrepare(SparkKafkaPrepareOperator):
             raise
 
 
-def _rows(expression: str) -> dict[str, str]:
+def rows_with(expression: str) -> dict[str, str]:
     return {
         "sql": f"SELECT id AS order_id, CAST(id AS DOUBLE) AS amount, {expression} "
         f"FROM range(0, {ROWS})"
@@ -51,13 +51,13 @@ CASES = {
             "topic": None,
             "topic_column": "dest",
             "topics": [topic],
-            "source": _rows(f"IF(id = 7, 'w_typo', '{topic}') AS dest"),
+            "source": rows_with(f"IF(id = 7, 'w_typo', '{topic}') AS dest"),
         },
         "names topic w_typo in some rows",
     ),
     # Met on the driver, when the columns are checked.
     "string timestamp column": (
-        lambda topic: {"topic": topic, "timestamp_column": "ts", "source": _rows("'x' AS ts")},
+        lambda topic: {"topic": topic, "timestamp_column": "ts", "source": rows_with("'x' AS ts")},
         "timestamp column 'ts' has type string",
     ),
     # Met in the rows, by the JVM, before any transaction opens.
@@ -65,7 +65,7 @@ CASES = {
         lambda topic: {
             "topic": topic,
             "timestamp_column": "ts",
-            "source": _rows(
+            "source": rows_with(
                 "IF(id = 3, CAST(-5000 AS BIGINT), CAST(1700000000000 AS BIGINT)) AS ts"
             ),
         },
@@ -77,12 +77,17 @@ CASES = {
         lambda topic: {
             "topic": topic,
             "timestamp_column": "ts",
-            "source": _rows("CAST(1772323200000 + id AS BIGINT) AS ts"),  # 2026-03-01
+            "source": rows_with("CAST(1772323200000 + id AS BIGINT) AS ts"),  # 2026-03-01
         },
         "retention.ms",
         "TimestampRefusedError",
     ),
 }
+
+
+#: The cases every other path proves too (test_export_connect, test_external_prepare): one
+#: refusal met by the executors in the rows, one met on the driver.
+EVERY_PATH = ("undeclared topic in a row", "string timestamp column")
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -98,16 +103,43 @@ def test_a_refusal_in_the_job_fails_the_task_once_with_its_own_error(
 
     result = run_export(dag, day=3)
 
-    assert result.state == "failed", result
-    assert result.tasks["prepare"] == "failed"
-    assert result.tries["prepare"] == 1, result.tries  # permanent: no retry of retries=2
-    # The task raised the job's own error, class and words first, not spark-submit's exit
-    # code; and as Airflow's no-retry failure.
-    [raised] = RaisingPrepare.raised
-    assert isinstance(raised, ConfigurationError) and isinstance(raised, AirflowFailException)
-    assert type(raised).__name__ == (kind[0] if kind else "ConfigurationError")
-    assert words in str(raised) and not str(raised).startswith("Cannot execute"), raised
-    # Nothing open, nothing visible, by both witnesses.
     prefix = default_id_prefix(f"{dag.dag_id}.{dagtest.GROUP_ID}")
+    assert_refused_once(
+        result,
+        "prepare",
+        RaisingPrepare.raised,
+        words,
+        *kind,
+        protocol=protocol,
+        bootstrap=bootstrap,
+        topic=topic,
+        prefix=prefix,
+    )
+
+
+def assert_refused_once(
+    result: dagtest.DagTestResult,
+    task: str,
+    raised: list[BaseException],
+    words: str,
+    kind: str = "ConfigurationError",
+    *,
+    protocol: Any,
+    bootstrap: str,
+    topic: str,
+    prefix: str,
+) -> None:
+    """The run failed; ``task`` ran once (permanent: no retry of ``retries=2``) and raised
+    the job's own error (class ``kind``), its words first, as Airflow's no-retry failure;
+    nothing open under ``prefix``, nothing visible in ``topic`` by both witnesses."""
+    assert result.state == "failed", result
+    assert result.tasks[task] == "failed", result
+    assert result.tries[task] == 1, result.tries
+    [error] = raised
+    assert isinstance(error, ConfigurationError) and isinstance(error, AirflowFailException)
+    assert type(error).__name__ == kind
+    assert words in str(error), error
+    # No wrapper's words before the job's own (spark-submit's exit, Connect's gRPC error).
+    assert not str(error).startswith(("Cannot execute", "the prepare on Spark Connect")), error
     assert [t for t in protocol.list_transactions(prefix=prefix) if t.state == "Ongoing"] == []
     assert_exactly_once(protocol, bootstrap, topic, committed=0, open_=0)

@@ -134,3 +134,24 @@ def test_a_job_failure_is_raised_again_with_its_class_and_words(raised, kind):
     assert type(again) is kind
     assert str(again).endswith(f"{raised} (the Spark log is above)")
     assert JobFailure.from_json("not json") is None
+
+
+def test_prepare_in_job_raises_a_permanent_error_as_its_process_says(monkeypatch):
+    """On a platform (no Airflow) a refusal leaves ``prepare_in_job`` as itself; in an
+    Airflow worker the lease operator's module makes it Airflow's no-retry failure too
+    (here a stand-in: this tier imports no Airflow)."""
+    from airflow_provider_kafka2pc.spark import external
+
+    class TaskFailure(Exception):
+        pass
+
+    newer = {"version": 99}
+    monkeypatch.setattr(external, "_permanent_error", None)
+    with pytest.raises(ConfigurationError, match="version 99") as caught:
+        external.prepare_in_job(None, newer, {})
+    assert type(caught.value) is ConfigurationError
+
+    external.raise_permanent_errors_as(lambda exc: TaskFailure(str(exc)))
+    with pytest.raises(TaskFailure, match="version 99") as caught:
+        external.prepare_in_job(None, newer, {})
+    assert type(caught.value.__cause__) is ConfigurationError
