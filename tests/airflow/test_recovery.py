@@ -20,6 +20,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 
+from airflow_provider_kafka2pc import naming
 from airflow_provider_kafka2pc.ledger import BatchState, Verdict
 from airflow_provider_kafka2pc.sensors.dangling import KafkaDanglingTransactionSensor
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
@@ -304,14 +305,17 @@ def load_maintenance_dag(monkeypatch, exports):
 def test_maintenance_dag_waits_for_a_live_transaction_then_fences_it(
     export_env, monkeypatch, make_topic, protocol, bootstrap, settings
 ):
-    """The hourly DAG's deferred sensor: a transaction younger than the grace period is a
-    live run's and is left; the trigger keeps going until it is stale, then fences it."""
+    """The hourly DAG's deferred sensor: a transaction younger than the grace period, on an
+    id under the prefix that the pool never handed out, may be a live writer's and is left;
+    the trigger keeps going until it is stale, then fences it. (On a pooled id back in the
+    pool it would be a late opener, fenced at once: test_rules.)"""
     topic = make_topic(1)
     prefix = f"maint{uuid.uuid4().hex[:6]}"
     export_id = f"{prefix}.export"
     grace_s = 12.0  # longer than Airflow takes to start the task: it first sees it young
     with export_env.open() as store:
-        free = finished_batch(store, export_id, prefix, "earlier", topic).transactional_ids[1]
+        finished_batch(store, export_id, prefix, "earlier", topic)
+    free = naming.build(prefix, 999)  # under the prefix, never leased
     dag = load_maintenance_dag(
         monkeypatch,
         [

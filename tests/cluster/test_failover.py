@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ import pytest
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
+from airflow_provider_kafka2pc.protocol.producer import EndTxnCall
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import (
     Outcome,
@@ -161,7 +162,8 @@ class KillAfterFirstEndTxn(KafkaProtocol):
     """The seam: right after the coordinator answers the first EndTxn, ``kill`` runs.
 
     The kill itself is real (``kill -9`` of the coordinator's JVM); only its moment is
-    chosen here, between two EndTxn calls of one ``commit_all``.
+    chosen here, between two EndTxn calls of one ``commit_all``: when the EndTxns are sent
+    together (``end_txns``), between the first one's answer and the rest's sending.
     """
 
     def __init__(self, settings: dict[str, Any], kill: Callable[[], None], **kw: Any) -> None:
@@ -171,11 +173,31 @@ class KillAfterFirstEndTxn(KafkaProtocol):
 
     def end_txn(self, node: int, transactional_id: str, *args: Any, **kwargs: Any) -> int:
         code = super().end_txn(node, transactional_id, *args, **kwargs)
-        self.end_txn_answers.append((transactional_id, node, code))
+        self._answered(transactional_id, node, code)
+        return code
+
+    def end_txns(self, node: int, calls: Sequence[EndTxnCall]) -> list[Any]:
+        if self._kill is None:
+            answers = super().end_txns(node, calls)
+            self._note(node, calls, answers)
+            return answers
+        first = super().end_txns(node, calls[:1])
+        self._answered(calls[0].transactional_id, node, first[0])
+        rest = super().end_txns(node, calls[1:]) if len(calls) > 1 else []
+        self._note(node, calls[1:], rest)
+        return first + rest
+
+    def _note(self, node: int, calls: Sequence[EndTxnCall], answers: Sequence[Any]) -> None:
+        for call, answer in zip(calls, answers, strict=True):
+            if isinstance(answer, int):
+                self.end_txn_answers.append((call.transactional_id, node, answer))
+
+    def _answered(self, transactional_id: str, node: int, code: Any) -> None:
+        if isinstance(code, int):
+            self.end_txn_answers.append((transactional_id, node, code))
         if self._kill is not None:
             kill, self._kill = self._kill, None
             kill()
-        return code
 
 
 def test_coordinator_killed_in_the_middle_of_commit_all(

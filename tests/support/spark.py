@@ -17,6 +17,8 @@ from pathlib import Path
 import pyspark
 
 from airflow_provider_kafka2pc import defaults
+from airflow_provider_kafka2pc.spark import PROTOBUF_JAVA
+from airflow_provider_kafka2pc.spark.maven import fetch_jar
 from devtools.broker.node import free_port
 from devtools.spark_submit import LOCAL_CONF
 
@@ -24,7 +26,14 @@ SPARK_CLASS = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 
 #: Python workers must run our venv's interpreter, or they miss our package.
 PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-QUIET_CONF = defaults.spark_conf(LOCAL_CONF)
+#: protobuf-java on the driver's class path of every in-process session: one test process
+#: starts one JVM for all its modules, and a module that loaded the project's jar first would
+#: leave the Protobuf encoder unable to see a protobuf-java added later by ``ADD JAR`` (a
+#: child class loader). A user's session needs the same: docs/wire-formats.md.
+QUIET_CONF = {
+    **defaults.spark_conf(LOCAL_CONF),
+    "spark.driver.extraClassPath": str(fetch_jar(PROTOBUF_JAVA)),
+}
 
 
 def local_session() -> Iterator[object]:
