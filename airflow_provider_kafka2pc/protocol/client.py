@@ -58,6 +58,9 @@ from .versions import (
     highest_common,
 )
 
+#: Requests on one connection at once when sent together (:meth:`KafkaProtocol.end_txns`).
+IN_FLIGHT_REQUESTS = 16
+
 
 class KafkaProtocol:
     """A control-plane connection to a Kafka cluster.
@@ -85,6 +88,9 @@ class KafkaProtocol:
         # Room for a full fetch answer (kafka-python's default frame limit is 1 MB).
         kp_config.setdefault("receive_message_max_bytes", 2 * FETCH_MAX_BYTES)
         kp_config.setdefault("socket_connection_setup_timeout_ms", min(timeout_ms, 10_000))
+        # Requests sent together (the commit's EndTxns): every other call waits for its
+        # answer before the next, so this never reorders anything.
+        kp_config.setdefault("max_in_flight_requests_per_connection", IN_FLIGHT_REQUESTS)
         self._transport = Transport(
             kp_config, servers=servers, user=config.get("sasl.username"), timeout_ms=timeout_ms
         )

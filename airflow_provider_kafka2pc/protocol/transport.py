@@ -46,6 +46,7 @@ class Transport:
         self, kp_config: Mapping[str, Any], *, servers: str, user: object, timeout_ms: int
     ) -> None:
         self._timeout_ms = timeout_ms
+        self._in_flight = int(kp_config.get("max_in_flight_requests_per_connection", 5))
         self.client = KafkaNetClient(**kp_config)
         try:
             self.client.check_version(timeout_ms=timeout_ms)
@@ -125,20 +126,24 @@ class Transport:
         """Send ``requests`` to one node without waiting for each answer; the answers, in
         order, a lost one as its :class:`ConnectionLostError` (returned, not raised).
 
-        The connection keeps up to kafka-python's in-flight limit on the wire and buffers
-        the rest: a thousand EndTxns cost the broker's time, not a thousand round trips.
+        Up to the connection's in-flight limit are on the wire at once (kafka-python fails
+        a send beyond it rather than queueing it): a thousand EndTxns cost the broker's
+        time, not a thousand round trips.
         """
         try:
             self.client.await_ready(node, timeout_ms=self._timeout_ms)
         except _LOST as exc:
             lost = self._lost(node, requests[0], exc, self._timeout_ms) if requests else None
             return [lost] * len(requests)
-        futures = [self.client.send(node, request) for request in requests]
         deadline = time.monotonic() + self._timeout_ms / 1000
+        window = max(1, self._in_flight - 1)
+        futures: list[Any] = []
+        for request in requests:
+            if len(futures) >= window:
+                self._wait(futures[-window], deadline)
+            futures.append(self.client.send(node, request))
         for future in futures:
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            if not future.is_done and left_ms:
-                self.client.poll(timeout_ms=left_ms, future=future)
+            self._wait(future, deadline)
         answers: list[Any] = []
         for request, future in zip(requests, futures, strict=True):
             if future.succeeded():
@@ -147,6 +152,12 @@ class Transport:
                 exc = future.exception if future.failed() else kafka_errors.KafkaTimeoutError()
                 answers.append(self._lost(node, request, exc, self._timeout_ms))
         return answers
+
+    def _wait(self, future: Any, deadline: float) -> None:
+        """Poll the connection until ``future`` is answered or ``deadline`` passes."""
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if not future.is_done and left_ms > 0:
+            self.client.poll(timeout_ms=left_ms, future=future)
 
     def _lost(
         self, node: int | str, request: Any, exc: BaseException, timeout_ms: int | None
