@@ -22,8 +22,10 @@ from .login import sasl_refusal
 
 log = logging.getLogger(__name__)
 
-#: What kafka-python raises (or fails a request's future with) when a node is gone.
+#: What kafka-python raises (or fails a request's future with) when a node is gone; a node
+#: the cluster's metadata no longer lists (a coordinator killed a moment ago) is gone too.
 _LOST = (
+    kafka_errors.UnknownBrokerIdError,
     kafka_errors.KafkaConnectionError,
     kafka_errors.KafkaTimeoutError,
     kafka_errors.NodeNotReadyError,
