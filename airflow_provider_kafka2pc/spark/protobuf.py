@@ -128,24 +128,21 @@ def _field_type(
     raise _no_type(data_type, column, said)
 
 
+#: Spark's scalar types -> the proto3 field type each is written as.
+_SCALARS: tuple[tuple[type[T.DataType] | tuple[type[T.DataType], ...], str], ...] = (
+    (T.StringType, "string"),
+    (T.BinaryType, "bytes"),
+    (T.BooleanType, "bool"),
+    (_INTEGERS, "int32"),
+    (T.LongType, "int64"),
+    (T.FloatType, "float"),
+    (T.DoubleType, "double"),
+    (T.TimestampType, _TIMESTAMP),
+)
+
+
 def _scalar(data_type: T.DataType) -> str | None:
-    if isinstance(data_type, T.StringType):
-        return "string"
-    if isinstance(data_type, T.BinaryType):
-        return "bytes"
-    if isinstance(data_type, T.BooleanType):
-        return "bool"
-    if isinstance(data_type, _INTEGERS):
-        return "int32"
-    if isinstance(data_type, T.LongType):
-        return "int64"
-    if isinstance(data_type, T.FloatType):
-        return "float"
-    if isinstance(data_type, T.DoubleType):
-        return "double"
-    if isinstance(data_type, T.TimestampType):
-        return _TIMESTAMP
-    return None
+    return next((proto for kind, proto in _SCALARS if isinstance(data_type, kind)), None)
 
 
 def _nested_name(column: str, taken: set[str]) -> str:
