@@ -18,6 +18,7 @@ from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
 from ..errors import ConfigurationError, Kafka2pcError, PrepareError
 from ..spark.connect import remote_session
+from ..spark.failure import job_message
 from ..utils.connections import require_connection
 
 if TYPE_CHECKING:
@@ -99,10 +100,5 @@ def prepare_on_connect(
     except Exception as exc:  # gRPC / Spark errors: the server or the job failed
         raise PrepareError(
             f"the prepare on Spark Connect failed ({type(exc).__name__}: "
-            f"{_first_line(exc)}); some partitions may hold open transactions"
+            f"{job_message(exc)}); some partitions may hold open transactions"
         ) from exc
-
-
-def _first_line(exc: Exception) -> Any:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else "no message"

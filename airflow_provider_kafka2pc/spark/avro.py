@@ -23,7 +23,7 @@ import json
 import math
 from typing import Any
 
-from py4j.protocol import Py4JError, Py4JJavaError
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -31,6 +31,7 @@ from pyspark.sql import types as T
 from ..errors import ConfigurationError
 from . import AVRO_PACKAGE
 from .connect import is_connect
+from .failure import job_message
 
 _CONVERTERS = "org.apache.spark.sql.avro.SchemaConverters"
 _SERIALIZER = "org.apache.spark.sql.avro.AvroSerializer"
@@ -66,7 +67,7 @@ def derive_schema(
         schema = converters.toAvroType(_java_type(spark, data_type), False, record_name, namespace)
     except Py4JJavaError as exc:  # IncompatibleSchemaException
         raise ConfigurationError(
-            f"the columns cannot be written as Avro: {_java_message(exc)}; nothing was written"
+            f"the columns cannot be written as Avro: {job_message(exc)}; nothing was written"
         ) from None
     return str(schema.toString())
 
@@ -87,7 +88,7 @@ def check_encodable(spark: SparkSession, data_type: T.DataType, schema: str, rol
         )
     except Py4JJavaError as exc:  # SchemaParseException, IncompatibleSchemaException
         raise ConfigurationError(
-            f"the {role} columns cannot be written with the Avro schema: {_java_message(exc)}; "
+            f"the {role} columns cannot be written with the Avro schema: {job_message(exc)}; "
             "nothing was written"
         ) from None
 
@@ -125,22 +126,6 @@ def encode(column: Column, schema: str, header: bytes) -> Column:
     from pyspark.sql.avro.functions import to_avro
 
     return F.concat(F.lit(header), to_avro(column, schema))
-
-
-def _java_message(exc: Exception) -> str:
-    """The Java exception's own message, without the Py4J stack trace."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            cause = java
-            while cause.getCause() is not None:
-                cause = cause.getCause()
-            return f"{java.getClass().getSimpleName()}: {java.getMessage()}" + (
-                f" ({cause.getMessage()})" if cause is not java else ""
-            )
-        except Py4JError:  # the JVM cannot be asked any more: the Python side's text
-            pass
-    return str(exc).splitlines()[0][:500]
 
 
 #: The Avro property Spark marks an interval's Catalyst type with.

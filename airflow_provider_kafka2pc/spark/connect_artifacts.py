@@ -26,6 +26,7 @@ from .. import errors
 from . import AVRO_PACKAGE
 from .alignment import JAR
 from .connect_jvm import advice, server_kafka_clients
+from .failure import job_message
 from .maven import fetch_jar
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def ensure_loaded(
     try:
         return check()
     except Exception as exc:  # DATA_SOURCE_NOT_FOUND, AVRO_NOT_LOADED_..., ...
-        log.info("the Spark Connect server lacks %s (%s)", what, first_line(exc))
+        log.info("the Spark Connect server lacks %s (%s)", what, job_message(exc))
     wanted = list(jars())
     ship_jars(spark, wanted)
     try:
@@ -79,7 +80,7 @@ def ensure_loaded(
     except Exception as exc:
         names = ", ".join(jar.name for jar in wanted)
         raise errors.ConfigurationError(
-            f"the Spark Connect server cannot load {what} ({first_line(exc)}), even with "
+            f"the Spark Connect server cannot load {what} ({job_message(exc)}), even with "
             f"{names} shipped as session artifacts; {advice}"
         ) from None
 
@@ -122,8 +123,3 @@ def _avro_check(spark: Any) -> None:
     from pyspark.sql.avro.functions import to_avro
 
     spark.range(0).select(to_avro(F.lit(0), '"int"')).schema  # noqa: B018
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .alignment import JAR
+from .failure import job_message
 
 #: The DataSource's short name (``META-INF/services`` in our jar, ``jvm/build.sh``).
 SOURCE = "kafka2pc"
@@ -55,7 +56,7 @@ def probe(spark: Any, kafka_clients: str) -> str:
         # Broad: any failure of the probe means the server cannot run the JVM writer here;
         # the message carries the first line of what failed, and writer='python' still works.
         raise ConfigurationError(
-            f"the Spark Connect server cannot load the kafka2pc DataSource ({_first_line(exc)});"
+            f"the Spark Connect server cannot load the kafka2pc DataSource ({job_message(exc)});"
             f" {advice(kafka_clients)}"
         ) from None
 
@@ -133,8 +134,3 @@ def _session_setting(spark: Any, prefix: str, value: str | None) -> Iterator[str
     finally:
         with suppress(Exception):  # the session is gone: so is the setting
             spark.conf.unset(key)
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -20,6 +20,29 @@ from ..errors import Kafka2pcError, PermanentError, PrepareError
 FAILURE_VERSION = 1
 
 
+def job_message(exc: BaseException) -> str:
+    """What a failed Spark call says, in one line: for an error from the JVM (py4j), its
+    class and message and its root cause's message, without the Java stack; else the
+    first line of its text (Spark Connect's errors carry the server's message there)."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        from py4j.protocol import Py4JError  # present wherever a py4j error is
+
+        try:
+            cause = java
+            while cause.getCause() is not None:
+                cause = cause.getCause()
+            return f"{java.getClass().getSimpleName()}: {java.getMessage()}" + (
+                f" ({cause.getClass().getSimpleName()}: {cause.getMessage()})"
+                if cause is not java
+                else ""
+            )
+        except Py4JError:  # the JVM cannot be asked any more: Python's text
+            pass
+    text = str(exc).strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
 def failure_uri(manifest: str) -> str:
     """Where a job whose manifest goes to ``manifest`` writes its failure."""
     return f"{manifest}.failure.json"

@@ -60,6 +60,7 @@ from ..transaction.manifest import ALIGNED, HASH, SOURCE, Manifest
 from ..transaction.routing import Routing
 from .encoding import encode_columns, job_refusal, partitioned_input, resolved_schemas
 from .export_spec import ExportSpec
+from .failure import job_message
 from .job import Repair
 from .jvm_writer import AUTO
 from .partition_writer import (
@@ -438,7 +439,7 @@ def _write(
         if refused is not None:
             raise refused from None
         raise PrepareError(
-            f"the prepare job failed ({type(exc).__name__}); some partitions may hold "
+            f"the prepare job failed ({job_message(exc)}); some partitions may hold "
             f"open transactions: abort (fence) this run's ids {[ids[i] for i in selected]}"
         ) from exc
 

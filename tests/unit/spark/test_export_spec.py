@@ -21,7 +21,7 @@ from airflow_provider_kafka2pc.spark.export_spec import (
     from_argv,
 )
 from airflow_provider_kafka2pc.spark.external import JobParameters
-from airflow_provider_kafka2pc.spark.failure import JobFailure
+from airflow_provider_kafka2pc.spark.failure import JobFailure, job_message
 
 #: A value other than the default for every option: the round trips below cover each field.
 EVERY_OPTION = ExportSpec(
@@ -134,6 +134,37 @@ def test_a_job_failure_is_raised_again_with_its_class_and_words(raised, kind):
     assert type(again) is kind
     assert str(again).endswith(f"{raised} (the Spark log is above)")
     assert JobFailure.from_json("not json") is None
+
+
+class _JavaError:
+    """A py4j ``JavaObject`` of an exception, as far as :func:`job_message` asks it."""
+
+    def __init__(self, name: str, message: str, cause: _JavaError | None = None) -> None:
+        self.name, self.message, self.cause = name, message, cause
+
+    def getClass(self):  # Java's names
+        return type("Class", (), {"getSimpleName": lambda _: self.name})()
+
+    def getMessage(self):
+        return self.message
+
+    def getCause(self):
+        return self.cause
+
+
+def test_a_failed_jobs_message_is_its_own_words_not_its_stack():
+    """A failed write's PrepareError says what failed (the root cause too), in one line."""
+    root = _JavaError("TimeoutException", "Expiring 12 record(s) for orders-3")
+    java = _JavaError("SparkException", "Job aborted due to stage failure", root)
+    py4j = Exception("An error occurred while calling o81.collect.\n: java stack ...")
+    py4j.java_exception = java  # type: ignore[attr-defined]
+    assert job_message(py4j) == (
+        "SparkException: Job aborted due to stage failure "
+        "(TimeoutException: Expiring 12 record(s) for orders-3)"
+    )
+    connect = Exception("[TASK_FAILED] row 7 cannot be computed\n  JVM stacktrace: ...")
+    assert job_message(connect) == "[TASK_FAILED] row 7 cannot be computed"
+    assert job_message(Exception()) == "Exception"
 
 
 def test_prepare_in_job_raises_a_permanent_error_as_its_process_says(monkeypatch):
