@@ -32,7 +32,13 @@ from typing import Any
 import kafka.errors as kafka_errors
 
 from .. import defaults
-from ..errors import AuthorizationError, ConfigurationError, Kafka2pcError, ProtocolError
+from ..errors import (
+    AuthorizationError,
+    BrokerUnreachableError,
+    ConfigurationError,
+    Kafka2pcError,
+    ProtocolError,
+)
 from ..naming import starts, validate_prefix
 from .settings import to_kafka_python
 
@@ -171,14 +177,16 @@ def _admin(config: Mapping[str, Any], timeout_ms: int) -> Any:
 
     settings = to_kafka_python(config)
     settings.setdefault("request_timeout_ms", timeout_ms)
+    settings.setdefault("bootstrap_timeout_ms", timeout_ms)  # else 30 s to say "no broker"
     accepted = KafkaAdminClient.DEFAULT_CONFIG
     try:
         return KafkaAdminClient(**{k: v for k, v in settings.items() if k in accepted})
-    except kafka_errors.NoBrokersAvailable:
+    except (kafka_errors.KafkaTimeoutError, kafka_errors.KafkaConnectionError):
         from .settings import bootstrap_servers
 
-        raise Kafka2pcError(
-            f"no Kafka broker answered at {bootstrap_servers(config)} to manage ACLs"
+        raise BrokerUnreachableError(
+            f"no Kafka broker answered at {bootstrap_servers(config)} within {timeout_ms} ms "
+            "to manage ACLs"
         ) from None
 
 

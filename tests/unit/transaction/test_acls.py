@@ -5,16 +5,24 @@ README "ACLs: exactly what an export needs"; on a real broker: tests/integration
 
 from __future__ import annotations
 
+import time
+
 import kafka.errors as kafka_errors
 import pytest
 
 from airflow_provider_kafka2pc.connection.acls import (
+    apply_acls,
     authorization_error,
     authorization_failure,
     export_acls,
     principal_of,
 )
-from airflow_provider_kafka2pc.errors import AuthorizationError, ConfigurationError, ProtocolError
+from airflow_provider_kafka2pc.errors import (
+    AuthorizationError,
+    BrokerUnreachableError,
+    ConfigurationError,
+    ProtocolError,
+)
 
 
 def test_an_export_gets_write_read_describe_on_its_topic_and_write_describe_on_its_ids():
@@ -113,3 +121,12 @@ def test_a_refusal_names_principal_answer_operation_and_resource_without_secrets
     assert "It needs WRITE on TRANSACTIONAL_ID 'b-0'" in text
     assert "pw-secret" not in text
     assert authorization_error(ProtocolError("x", "INVALID_TXN_STATE"), settings, "fence") is None
+
+
+def test_no_broker_to_manage_acls_is_named_within_the_timeout():
+    """kafka-python's admin client raises a timeout when no broker answers; the error names
+    the address, within the timeout given (not the client's own 30 s)."""
+    started = time.monotonic()
+    with pytest.raises(BrokerUnreachableError, match=r"127\.0\.0\.1:1 within 1000 ms"):
+        apply_acls({"bootstrap.servers": "127.0.0.1:1"}, [], timeout_ms=1000)
+    assert time.monotonic() - started < 10
