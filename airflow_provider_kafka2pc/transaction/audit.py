@@ -278,6 +278,9 @@ def _committable_view(
                 f"{part.first_offset}..{part.last_offset}"
             )
     seen = sum(counts.values())
+    # A transaction over several topics is audited one topic at a time: complete when this
+    # topic holds all of its records that went to this topic ("expected": all of them).
+    in_topic = sum(p.record_count for p in c.partitions if p.topic == topic)
     if c.is_empty:
         state = "EMPTY"
     elif seen == 0 and removed:
@@ -300,7 +303,8 @@ def _committable_view(
         "aborted": counts[ABORTED],
         "open": counts[OPEN],
         "state": state,
-        "complete": seen == c.record_count,
+        "expected_in_topic": in_topic,
+        "complete": seen == in_topic,
         **({"removed": removed} if removed else {}),
     }
 

@@ -78,3 +78,24 @@ def test_only_the_producers_overlapping_spans_count():
         committable(7, [(0, 10, 14)]), partitions, TOPIC, {0: _spans_by_producer(audit)}
     )
     assert (view["state"], view["committed"], view["aborted"]) == (COMMITTED, 5, 0)
+
+
+def test_a_transaction_over_two_topics_is_complete_in_each_topic_it_wrote():
+    """Audited one topic at a time, a transaction of 5 records in each of two topics is
+    complete in each (its 5 there), while ``expected`` stays its whole 10."""
+    audit = PartitionAudit(0)
+    audit.spans.append(_Span(7, 0, 4, 5, COMMITTED))
+    parts = (PartitionRange(TOPIC, 0, 0, 4, 5), PartitionRange("refunds", 0, 0, 4, 5))
+    both = Committable(
+        transactional_id="exp-7",
+        producer_id=7,
+        producer_epoch=0,
+        transaction_version=1,
+        partitions=parts,
+        record_count=10,
+        start_time_ms=1_000,
+        transaction_timeout_ms=60_000,
+    )
+    view = _committable_view(both, {0: audit}, TOPIC)
+    assert (view["state"], view["committed"], view["expected"]) == (COMMITTED, 5, 10)
+    assert (view["expected_in_topic"], view["complete"]) == (5, True)
