@@ -4,8 +4,9 @@
         --source DIR --topic T --bootstrap-servers HOST:PORT
 
 Reads the benchmark's parquet files and writes ``key`` and ``value`` as they are with
-``df.write.format("kafka")`` and the Kafka producer's defaults: at least once, no
-transaction. No repartition: a user of this sink has no reason for one.
+``df.write.format("kafka")`` and the Kafka producer's defaults (or the ones given with
+``--kafka-option acks=all``, say): at least once, no transaction. No repartition: a user of
+this sink has no reason for one.
 """
 
 from __future__ import annotations
@@ -20,17 +21,27 @@ def main() -> None:
     parser.add_argument("--source", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a producer setting (the sink's kafka.KEY option); repeatable",
+    )
     args = parser.parse_args()
     spark = SparkSession.builder.appName("bench-spark-kafka-sink").getOrCreate()
     try:
-        (
+        writer = (
             spark.read.parquet(args.source)
             .select("key", "value")
             .write.format("kafka")
             .option("kafka.bootstrap.servers", args.bootstrap_servers)
             .option("topic", args.topic)
-            .save()
         )
+        for setting in args.kafka_option:
+            key, _, value = setting.partition("=")
+            writer = writer.option(f"kafka.{key}", value)
+        writer.save()
     finally:
         spark.stop()
 
