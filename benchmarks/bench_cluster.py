@@ -62,9 +62,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +105,7 @@ from harness import (
     timeline,
     watch_executors,
 )
+from harness.executors import ExecutorProcess
 
 from airflow_provider_kafka2pc.spark.class_sharing import MAPPED_MARK, runs_until_mapped
 from airflow_provider_kafka2pc.spark.job import spark_submit_binary
@@ -148,20 +152,78 @@ def classify(pid: int, name: str) -> str | None:
 
 @dataclass
 class ExecutorArchive:
-    """The executors' class archive: written once by one run, mapped by the archive sides."""
+    """The executors' class archive: written once by one run, mapped by the archive sides.
+
+    Two ways to write it (``--executor-archive-write``): ``exit``, the driver's way
+    (``-XX:ArchiveClassesAtExit``: the JVM dumps as it exits), which a standalone worker
+    cuts short: it kills its executors when their application ends (SIGTERM, then SIGKILL
+    after 10 s, Spark's ``ExecutorRunner``), and an executor's shutdown and dump do not fit;
+    ``jcmd`` (the default), the executors started with ``-XX:+RecordDynamicDumpInfo`` and
+    asked to dump while they live (``jcmd <pid> VM.cds dynamic_dump``), once the
+    application has written its manifest (its executors' work done, before it stops).
+    """
 
     directory: Path
+    how: str = "jcmd"
     #: The archive the mapping runs use (None until written, or when writing failed).
     path: Path | None = None
     #: What the writing run showed, in words (printed with the results).
     written: str = "not written"
+    #: Per executor id, the jcmd dump's seconds and its output's last line.
+    dumps: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    def target(self, executor: str) -> Path:
+        return self.directory / f"executor-{executor}.jsa"
 
     def write_options(self, files: Path) -> str:
-        """The writing run's executor options: dump at exit, and say when it is complete."""
+        """The writing run's executor options; each executor logs when its dump is complete."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        target = self.directory / "executor-{{EXECUTOR_ID}}.jsa"
-        log = files / "cds-write-{{EXECUTOR_ID}}.log"
-        return f"-XX:ArchiveClassesAtExit={target} -Xlog:cds+dynamic=info:file={log}:uptime"
+        log = f"-Xlog:cds+dynamic=info:file={files / 'cds-write-{{EXECUTOR_ID}}.log'}:uptime"
+        if self.how == "exit":
+            return f"-XX:ArchiveClassesAtExit={self.target('{{EXECUTOR_ID}}')} {log}"
+        return f"-XX:+RecordDynamicDumpInfo {log}"
+
+    @contextmanager
+    def dumping(self, manifest: Path, watch: Watch) -> Iterator[None]:
+        """With ``jcmd``: once ``manifest`` appears, each live executor of the newest
+        application dumps its classes (in parallel); waits for the dumps after the block."""
+        if self.how != "jcmd":
+            yield
+            return
+        stop = threading.Event()
+
+        def run() -> None:
+            while not manifest.exists():
+                if stop.wait(0.05):
+                    return
+            newest = max(watch.processes.values(), key=lambda p: p.started_ms, default=None)
+            if newest is None:
+                return
+            live = [p for p in watch.of_app(newest.app_id).values() if p.gone_ms is None]
+            with ThreadPoolExecutor(max(1, len(live))) as pool:
+                for process, result in zip(live, pool.map(self._dump, live), strict=True):
+                    self.dumps[process.executor_id] = result
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(DUMP_WAIT_S)
+
+    def _dump(self, process: ExecutorProcess) -> tuple[float, str]:
+        began = time.perf_counter()
+        target = self.target(process.executor_id)
+        command = [shutil.which("jcmd") or "jcmd", str(process.pid), "VM.cds", "dynamic_dump"]
+        try:
+            done = subprocess.run(
+                [*command, str(target)], capture_output=True, text=True, timeout=DUMP_WAIT_S
+            )
+            said = (done.stdout + done.stderr).strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            said = [f"{type(exc).__name__}: {exc}"]
+        return time.perf_counter() - began, said[-1] if said else ""
 
     def map_options(self, files: Path) -> str:
         """A mapping run's executor options: the archive, checked; each executor's class loads."""
@@ -177,24 +239,29 @@ class ExecutorArchive:
         """Pick a complete archive the writing run left, and say what writing it took."""
         complete = []
         for log in sorted(files.glob("cds-write-*.log")):
-            executor = log.stem.removeprefix("cds-write-")
-            archive = self.directory / f"executor-{executor}.jsa"
+            archive = self.target(log.stem.removeprefix("cds-write-"))
             if WRITTEN in log.read_text(errors="replace") and archive.is_file():
                 complete.append(archive)
         exits = [e.exited_after_end_s for e in (starts.executors if starts else [])]
         shown = ", ".join(fmt(s if s is not None else float("nan"), ".1f") for s in exits)
+        dumps = "; ".join(
+            f"executor {e}: jcmd {seconds:.1f} s ({said!r})"
+            for e, (seconds, said) in sorted(self.dumps.items())
+        )
+        how = f"written at {'exit' if self.how == 'exit' else 'the manifest, by jcmd'}"
         if not complete:
             left = sorted(p.name for p in self.directory.glob("executor-*.jsa"))
             self.written = (
-                f"NOT written: no executor logged {WRITTEN!r} (files left: {left or 'none'}; "
-                f"executors exited {shown} s after the application's end; see {files})"
+                f"NOT {how}: no executor logged {WRITTEN!r} (files left: {left or 'none'}; "
+                f"executors exited {shown} s after the application's end; {dumps or 'no jcmd'}; "
+                f"see {files})"
             )
             return
         self.path = max(complete, key=lambda p: p.stat().st_size)
         self.written = (
-            f"{len(complete)} of {len(exits)} executors wrote a complete archive; using "
-            f"{self.path.name} ({self.path.stat().st_size / 2**20:.0f} MiB); the executors "
-            f"exited {shown} s after the application's end (the dump included)"
+            f"{how}: {len(complete)} of {len(exits)} executors wrote a complete archive; using "
+            f"{self.path.name} ({self.path.stat().st_size / 2**20:.0f} MiB); executors exited "
+            f"{shown} s after the application's end; {dumps or 'no jcmd'}"
         )
 
 
@@ -221,7 +288,7 @@ class Bench:
         self.work = WORK_DIR / cluster.prefix
         self.full = Dataset(args.rows)
         self.warm = Dataset(min(args.rows, args.warmup_rows))
-        self.archive = ExecutorArchive(self.work / "executor-archive")
+        self.archive = ExecutorArchive(self.work / "executor-archive", args.executor_archive_write)
 
     def prepare_data(self) -> None:
         for dataset in (self.warm, self.full):
@@ -294,6 +361,11 @@ class Bench:
         after = self.cluster.brokers_cpu()
         meter.broker_cpu = None if before is None or after is None else after - before
 
+    def _dumping(self, archive: str | None, manifest: Path, watch: Watch) -> Any:
+        if archive == "write":
+            return self.archive.dumping(manifest, watch)
+        return nullcontext()
+
     def _info(self, files: Path, watch: Watch, archive: str | None) -> dict[str, Any]:
         info: dict[str, Any] = {
             "files": files,
@@ -321,7 +393,7 @@ class Bench:
         ]
         linger = DUMP_WAIT_S if archive == "write" else 0.0
         committed: subprocess.CompletedProcess[str] | None = None
-        with self._measured(linger) as (meter, watch):
+        with self._measured(linger) as (meter, watch), self._dumping(archive, manifest, watch):
             started = now_ms()
             submitted = submit_prepare(
                 arguments,
@@ -497,6 +569,14 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run each system with its executors started from a class archive",
+    )
+    parser.add_argument(
+        "--executor-archive-write",
+        choices=("jcmd", "exit"),
+        default="jcmd",
+        help="how the executors' archive is written: jcmd VM.cds dynamic_dump once the "
+        "manifest is written (default), or -XX:ArchiveClassesAtExit (the driver's way; a "
+        "standalone worker kills its executors 10 s after their application's end)",
     )
     add_subset_argument(parser, "--systems", SYSTEMS)
     add_cluster_arguments(parser)
