@@ -595,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
             standalone_cluster(args.workers, spark_logs, worker_memory=args.worker_memory)
         )
         bench = Bench(args, cluster, master, jars)
+        described = cluster.describe()  # its pids, while the nodes run
         print(
             f"{cluster.describe()}; Spark standalone {master}: {args.workers} workers of 1 core, "
             f"{args.worker_memory} (logs {spark_logs}); {args.rows:,} rows, {args.partitions} "
@@ -615,10 +616,10 @@ def main(argv: list[str] | None = None) -> int:
 
     title = (
         f"{args.rows:,} rows, {args.partitions} partitions, Spark standalone ({args.workers} "
-        f"executors of 1 core, {args.executor_memory}), {cluster.describe()}"
+        f"executors of 1 core, {args.executor_memory}), {described}"
     )
     legend = [f"{s}: {GUARANTEES[s]}" for s in args.systems]
-    if args.executor_archive:
+    if bench.archive.path is not None:
         legend.append(f"[executor archive]: the executors' JVMs map {bench.archive.path}")
     ok = all(r.verification is not None and r.verification.ok for _, r in extra)
     pairs: list[tuple[str, str]] = []
