@@ -26,13 +26,16 @@ default): each side also runs as "<side> [executor archive]", its executor JVMs 
 from an application class-data-sharing archive (``spark.executor.extraJavaOptions``
 ``-XX:SharedArchiveFile=... -XX:+VerifySharedSpaces``, and a class-load log per executor
 that says whether it mapped the archive and how many classes it took from it). The archive
-is written once, before the rounds, by an untimed kafka2pc run whose executors have
-``-XX:ArchiveClassesAtExit=.../executor-{{EXECUTOR_ID}}.jsa`` (Spark fills in the id): the
-JVM dumps the classes it loaded as it exits, after its application; the time from the
-application's end to the executor's exit, the archive's size and whether the dump
-finished (``-Xlog:cds+dynamic``) are printed. One archive serves both systems (the
-executors' class path is Spark's jars in both; the sink's and our jars come later, in
-Spark's own class loader).
+is written once, before the rounds, by an untimed run of the sink's application whose
+executors start with ``-XX:+RecordDynamicDumpInfo``: its write done, the application
+holds its executors alive (``--hold-file``) while each is asked to dump the classes it
+loaded (``jcmd <pid> VM.cds dynamic_dump``, JDK 17+); the dump's seconds, the archive's
+size and whether it is complete (``-Xlog:cds+dynamic``) are printed. The driver's way,
+``-XX:ArchiveClassesAtExit`` (``--executor-archive-write exit``), is cut short on a
+standalone cluster: the worker kills its executors when their application ends (SIGTERM,
+SIGKILL 10 s later), before their shutdown and dump are over. One archive serves both
+systems (the executors' class path is Spark's jars in both; the sink's and our jars come
+later, in Spark's own class loader).
 
 For every run, per executor (seconds from the application's start, from the event log and
 a watcher of the executor processes' start in ``/proc``): when its JVM was launched (the
@@ -159,8 +162,11 @@ class ExecutorArchive:
     cuts short: it kills its executors when their application ends (SIGTERM, then SIGKILL
     after 10 s, Spark's ``ExecutorRunner``), and an executor's shutdown and dump do not fit;
     ``jcmd`` (the default), the executors started with ``-XX:+RecordDynamicDumpInfo`` and
-    asked to dump while they live (``jcmd <pid> VM.cds dynamic_dump``), once the
-    application has written its manifest (its executors' work done, before it stops).
+    asked to dump while they live (``jcmd <pid> VM.cds dynamic_dump``): by a run of the
+    sink's application that, its write done, holds its executors alive until the dumps
+    are over (``--hold-file``). Asked once kafka2pc's manifest appeared, they were killed
+    mid-dump: the application stops right after it, and the dump takes longer than the
+    worker's 10 s.
     """
 
     directory: Path
@@ -184,25 +190,23 @@ class ExecutorArchive:
         return f"-XX:+RecordDynamicDumpInfo {log}"
 
     @contextmanager
-    def dumping(self, manifest: Path, watch: Watch) -> Iterator[None]:
-        """With ``jcmd``: once ``manifest`` appears, each live executor of the newest
-        application dumps its classes (in parallel); waits for the dumps after the block."""
+    def dumping(self, hold: Path, watch: Watch) -> Iterator[None]:
+        """With ``jcmd``: once the application created ``hold`` (its write done), each
+        live executor of the newest application dumps its classes (in parallel); then
+        ``hold`` is removed, and the application goes on to its end."""
         if self.how != "jcmd":
             yield
             return
         stop = threading.Event()
 
         def run() -> None:
-            while not manifest.exists():
-                if stop.wait(0.05):
-                    return
-            newest = max(watch.processes.values(), key=lambda p: p.started_ms, default=None)
-            if newest is None:
-                return
-            live = [p for p in watch.of_app(newest.app_id).values() if p.gone_ms is None]
-            with ThreadPoolExecutor(max(1, len(live))) as pool:
-                for process, result in zip(live, pool.map(self._dump, live), strict=True):
-                    self.dumps[process.executor_id] = result
+            try:
+                while not hold.exists():
+                    if stop.wait(0.05):
+                        return
+                self._dump_all(watch)
+            finally:
+                hold.unlink(missing_ok=True)
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
@@ -211,6 +215,15 @@ class ExecutorArchive:
         finally:
             stop.set()
             thread.join(DUMP_WAIT_S)
+
+    def _dump_all(self, watch: Watch) -> None:
+        newest = max(watch.processes.values(), key=lambda p: p.started_ms, default=None)
+        if newest is None:
+            return
+        live = [p for p in watch.of_app(newest.app_id).values() if p.gone_ms is None]
+        with ThreadPoolExecutor(max(1, len(live))) as pool:
+            for process, result in zip(live, pool.map(self._dump, live), strict=True):
+                self.dumps[process.executor_id] = result
 
     def _dump(self, process: ExecutorProcess) -> tuple[float, str]:
         began = time.perf_counter()
@@ -248,7 +261,7 @@ class ExecutorArchive:
             f"executor {e}: jcmd {seconds:.1f} s ({said!r})"
             for e, (seconds, said) in sorted(self.dumps.items())
         )
-        how = f"written at {'exit' if self.how == 'exit' else 'the manifest, by jcmd'}"
+        how = f"written {'at exit' if self.how == 'exit' else 'by jcmd, the sink holding'}"
         if not complete:
             left = sorted(p.name for p in self.directory.glob("executor-*.jsa"))
             self.written = (
@@ -312,8 +325,9 @@ class Bench:
         return sides
 
     def write_archive(self) -> Run:
-        """The untimed kafka2pc run whose executors write their archive as they exit."""
-        run = self.kafka2pc(Round(0, "executor-archive-write"), "write")
+        """The untimed run of the sink whose executors write their archive (see
+        :class:`ExecutorArchive`)."""
+        run = self.spark_sink(Round(0, "executor-archive-write"), "write")
         self.archive.judge_written(run.info["files"], run.info.get("executors"))
         return run
 
@@ -361,9 +375,9 @@ class Bench:
         after = self.cluster.brokers_cpu()
         meter.broker_cpu = None if before is None or after is None else after - before
 
-    def _dumping(self, archive: str | None, manifest: Path, watch: Watch) -> Any:
+    def _dumping(self, archive: str | None, hold: Path, watch: Watch) -> Any:
         if archive == "write":
-            return self.archive.dumping(manifest, watch)
+            return self.archive.dumping(hold, watch)
         return nullcontext()
 
     def _info(self, files: Path, watch: Watch, archive: str | None) -> dict[str, Any]:
@@ -393,7 +407,7 @@ class Bench:
         ]
         linger = DUMP_WAIT_S if archive == "write" else 0.0
         committed: subprocess.CompletedProcess[str] | None = None
-        with self._measured(linger) as (meter, watch), self._dumping(archive, manifest, watch):
+        with self._measured(linger) as (meter, watch):
             started = now_ms()
             submitted = submit_prepare(
                 arguments,
@@ -435,13 +449,19 @@ class Bench:
         topic = self.cluster.topic(
             f"{rnd.label}-{'sink-archive' if archive else 'sink'}", self.args.partitions
         )
-        with self._measured() as (meter, watch):
+        hold = files / "hold"
+        holding = (
+            ["--hold-file", str(hold)] if archive == "write" and self.archive.how == "jcmd" else []
+        )
+        linger = DUMP_WAIT_S if archive == "write" else 0.0
+        with self._measured(linger) as (meter, watch), self._dumping(archive, hold, watch):
             started = now_ms()
             done = spark_submit_app(
                 [
                     *("--source", str(data.parquet(self.args.partitions))),
                     *("--topic", topic, "--bootstrap-servers", self.cluster.servers),
                     *("--kafka-option", "acks=all"),
+                    *holding,
                 ],
                 master=self.master,
                 conf=self._conf(files, archive),
@@ -585,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fetch_kafka(args.kafka_version)
-    jars = spark_kafka_jars() if SPARK_SINK in args.systems else []
+    jars = spark_kafka_jars() if SPARK_SINK in args.systems or args.executor_archive else []
     extra: list[tuple[str, Run]] = []
     with ExitStack() as stack:
         cluster = stack.enter_context(Cluster.from_args(args, nodes=args.kafka_nodes))

@@ -12,6 +12,8 @@ this sink has no reason for one.
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -28,6 +30,13 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a producer setting (the sink's kafka.KEY option); repeatable",
     )
+    parser.add_argument(
+        "--hold-file",
+        type=Path,
+        help="after the write, create this file and keep the application (and its "
+        "executors) alive until it is removed (at most 10 minutes): bench_cluster asks the "
+        "executors for their class archive meanwhile",
+    )
     args = parser.parse_args()
     spark = SparkSession.builder.appName("bench-spark-kafka-sink").getOrCreate()
     try:
@@ -42,8 +51,17 @@ def main() -> None:
             key, _, value = setting.partition("=")
             writer = writer.option(f"kafka.{key}", value)
         writer.save()
+        if args.hold_file is not None:
+            hold(args.hold_file)
     finally:
         spark.stop()
+
+
+def hold(path: Path, limit_s: float = 600.0) -> None:
+    path.write_text("saved\n")
+    deadline = time.monotonic() + limit_s
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":
