@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo docs test test-unit test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire clean
+.PHONY: demo docs test test-unit test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire bench-cluster clean
 
 # devtools/ (the local broker and cluster, the demo, test helpers) is not installed with the
 # package (tests/integration/test_wheel.py): a development venv finds it, and tests/ and benchmarks/, in
@@ -128,6 +128,13 @@ bench-wire: $(STAMP)
 # The prepare's levers (Kafka-aligned partitioning, producer settings) against its defaults.
 bench-levers: $(STAMP)
 	$(BIN)/python benchmarks/bench_levers.py $(BENCH_ARGS)
+
+# kafka2pc and Spark's Kafka sink on a Spark standalone cluster (a master, 2 one-core
+# workers) against a three-node Kafka cluster (RF 3, min.insync.replicas 2, acks=all); the
+# executors' start, with and without a class archive (issue 40, item 3). Options: BENCH_ARGS,
+# e.g. make bench-cluster BENCH_ARGS="--rows 8M --rounds 2".
+bench-cluster: $(STAMP)
+	$(BIN)/python benchmarks/bench_cluster.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) build *.egg-info

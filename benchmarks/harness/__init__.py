@@ -18,6 +18,8 @@ measures:
 - :func:`maven_jars`, :func:`python_venv`: the peers, fetched once;
 - :func:`spark_submit`, :func:`timeline`: spark-submit on equal terms, phases from the event log;
   :func:`kafka2pc_commit`: the commit a prepare's manifest needs, as a commit task runs it;
+- :func:`watch_executors`, :func:`executor_starts`: a Spark cluster's executor JVMs, when
+  each started (``/proc``), registered and ran its first task (the event log);
 - :func:`connect_server`, :func:`server_phases`: a warm Spark Connect server, and one client's
   jobs cut out of its event log;
 - :class:`CoreTimeline`: where each core's time went in a run (idle core-seconds per phase,
@@ -30,6 +32,7 @@ from .cluster import Cluster, add_cluster_arguments
 from .connect import ConnectServer, connect_server
 from .cores import CoreTimeline, print_costs, write_svg
 from .data import Dataset, Digest, Record, key_of, value_of
+from .executors import ExecutorStarts, Watch, executor_starts, watch_executors
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
 from .jvm import HeapAfterGc, gc_log_option, heap_after_full_gc, read_gc_log
 from .measure import Meter, cmdline, descendants, measure, rss_mib
@@ -72,6 +75,7 @@ __all__ = [
     "CoreTimeline",
     "Dataset",
     "Digest",
+    "ExecutorStarts",
     "Expected",
     "HeapAfterGc",
     "Meter",
@@ -84,6 +88,7 @@ __all__ = [
     "Run",
     "Side",
     "Verification",
+    "Watch",
     "add_cluster_arguments",
     "add_subset_argument",
     "checked",
@@ -91,6 +96,7 @@ __all__ = [
     "connect_server",
     "descendants",
     "event_log_conf",
+    "executor_starts",
     "flight_recording",
     "fmt",
     "gc_log_option",
@@ -126,5 +132,6 @@ __all__ = [
     "timeline",
     "value_of",
     "verify_topic",
+    "watch_executors",
     "write_svg",
 ]

@@ -98,6 +98,8 @@ class KafkaCluster:
         kept. A temporary directory, removed on :meth:`stop`, when None.
     :param config: broker settings over :data:`CLUSTER_CONFIG`, for every node.
     :param heap_mb: each JVM's maximum heap.
+    :param whole_heap: each JVM starts with its whole heap committed (``-Xms`` = ``-Xmx``),
+        as ``kafka-server-start.sh`` starts it: for benchmarks (see :class:`KafkaBroker`).
     :param advertised_ports: ``{node id: port}`` to advertise instead of the node's own
         client port, for a proxy in front of each node (network faults in tests): every
         client, and the other nodes' replica fetchers, then go through it. The node's own
@@ -112,6 +114,7 @@ class KafkaCluster:
         data_dir: Path | None = None,
         config: Mapping[str, str] | None = None,
         heap_mb: int = 512,
+        whole_heap: bool = False,
         cache_dir: Path | None = None,
         advertised_ports: Mapping[int, int] | None = None,
     ) -> None:
@@ -148,6 +151,7 @@ class KafkaCluster:
                 node_id=node_id,
                 config=settings,
                 heap_mb=heap_mb,
+                whole_heap=whole_heap,
                 cache_dir=cache_dir,
                 advertised_port=(advertised_ports or {}).get(node_id),
             )
