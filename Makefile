@@ -58,10 +58,12 @@ $(OLDEST_STAMP): pyproject.toml $(OLDEST_CONSTRAINTS)
 	$(call CHECKOUT_ON_PATH,$(OLDEST_VENV)/bin/python)
 	touch $(OLDEST_STAMP)
 
-# The provider's Airflow tests on the oldest supported Airflow (make test: the newest).
+# The provider's Airflow tests on the oldest supported Airflow (make test: the newest), on two
+# workers grouped as make test's (the scheduler module's deployment on one): measured 566 s
+# against 684 s on one, on a loaded machine.
 test-airflow-oldest: $(OLDEST_STAMP)
 	$(OLDEST_VENV)/bin/python -c 'import airflow; print("Airflow", airflow.__version__)'
-	$(OLDEST_VENV)/bin/python -m pytest --durations=5 $(OLDEST_TESTS)
+	$(OLDEST_VENV)/bin/python -m pytest -n 2 --dist loadgroup --durations=5 $(OLDEST_TESTS)
 
 demo: $(STAMP)
 	$(BIN)/python -m devtools demo
