@@ -432,12 +432,18 @@ class Nemesis:
                         os.kill(proc.pid, signal.SIGKILL)
                         break
                 escaped += 1  # it ended while chosen: nothing struck yet
-            if waited > wait_s or _all_final(self.w, self.config.intervals):
+            done = _all_final(self.w, self.config.intervals)
+            if waited > wait_s or done:
                 return {
                     "victim": None,
                     "hit": False,
                     "aimed_s": round(waited, 1),
-                    "result": f"no {target} process within {wait_s} s"
+                    "result": f"no {target} process "
+                    + (
+                        f"before every run finished ({waited:.0f} s)"
+                        if done
+                        else f"within {wait_s} s"
+                    )
                     + (f" ({escaped} ended while chosen)" if escaped else ""),
                 }
             time.sleep(0.25)
