@@ -29,6 +29,7 @@ from airflow_provider_kafka2pc.ledger import Ledger
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from tests.support.scheduler import OPEN_STATES
 
+from .aim import OpenTxn
 from .exports import SoakExport
 
 #: How often the recorder samples the open transactions.
@@ -123,8 +124,9 @@ def _day(run_key: str | None) -> str:
 class OpenRecorder:
     """Samples the exports' open transactions in a thread of its own until stopped.
 
-    :meth:`open_now` is the last sample's view (for aiming a strike); :meth:`windows` every
-    open transaction seen, first to last sample that saw it open.
+    :meth:`open_now` and :meth:`open_since` are the last sample's view (for aiming a
+    strike); :meth:`windows` every open transaction seen, first to last sample that saw it
+    open.
     """
 
     def __init__(self, bootstrap: str, ledger_url: str, exports: list[SoakExport]) -> None:
@@ -137,7 +139,7 @@ class OpenRecorder:
         #: (export kind, transactional id, producer id) -> [first, last, day]
         self._active: dict[tuple[str, str, int], list[Any]] = {}
         self._closed: list[Window] = []
-        self._now: list[tuple[str, str, str]] = []
+        self._now: list[OpenTxn] = []
         self._sampled_at = 0.0
         self.samples = 0
         self.failed_samples = 0
@@ -152,6 +154,11 @@ class OpenRecorder:
 
     def open_now(self, max_age_s: float = 3.0) -> list[tuple[str, str, str]]:
         """(export kind, day, transactional id) open at the last sample, if it is recent."""
+        return [(t.export, t.interval, t.transactional_id) for t in self.open_since(max_age_s)]
+
+    def open_since(self, max_age_s: float = 3.0) -> list[OpenTxn]:
+        """The transactions open at the last sample, if it is recent, each with the first
+        sample that saw it open (to tell a try's own from an earlier try's)."""
         with self._lock:
             fresh = time.time() - self._sampled_at <= max_age_s
             return list(self._now) if fresh else []
@@ -218,6 +225,6 @@ class OpenRecorder:
                 entry[1] = at
                 if entry[2] == "?":
                     entry[2] = day
-            self._now = [(k[0], d, k[1]) for k, d in seen.items()]
+            self._now = [OpenTxn(k[0], self._active[k][2], k[1], self._active[k][0]) for k in seen]
             self._sampled_at = at
             self.samples += 1

@@ -4,8 +4,12 @@ Airflow 3's LocalExecutor runs each task in a supervisor that forks the task run
 process title is ``airflow worker -- <task instance id>``; the prepare task's
 ``spark-submit`` JVM (``org.apache.spark.deploy.SparkSubmit``) is its descendant: in local
 mode it is the driver and hosts the executors, so the JVM writer's producers are threads of
-it. Spark's Python workers (``pyspark.daemon`` and the workers it forks) exist only under
-the Python writer (or a Python source).
+it. Two processes before it name ``SparkSubmit`` in their arguments too: the ``spark-class``
+shell (it execs the JVM under its own pid) and the launcher JVM that shell runs first to
+compute the command line (``org.apache.spark.launcher.Main``, about a second of life): a
+kill aimed at the driver must not take either for it. Spark's Python workers
+(``pyspark.daemon`` and the workers it forks) exist only under the Python writer (or a
+Python source).
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PROC = Path("/proc")
+#: The main class of spark-submit's JVM, and of the launcher that computes its command line.
+DRIVER_CLASS = "org.apache.spark.deploy.SparkSubmit"
+LAUNCHER_CLASS = "org.apache.spark.launcher.Main"
 
 
 @dataclass(frozen=True)
@@ -66,9 +73,22 @@ def task_runners(table: dict[int, Proc]) -> dict[str, Proc]:
     return runners
 
 
+def is_driver_jvm(cmdline: str) -> bool:
+    """Whether ``cmdline`` is spark-submit's own JVM (the driver; in local mode the
+    executors too): a ``java`` running :data:`DRIVER_CLASS`, not the ``spark-class`` shell
+    that will exec it nor the launcher JVM (whose arguments name the driver class too)."""
+    argv = cmdline.split()
+    return (
+        bool(argv)
+        and Path(argv[0]).name == "java"
+        and DRIVER_CLASS in argv
+        and LAUNCHER_CLASS not in argv
+    )
+
+
 def spark_jvms(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
-    """The spark-submit JVMs below a prepare task (driver and, in local mode, executors)."""
-    return [p for p in descendants(runner.pid, table) if "SparkSubmit" in p.cmdline]
+    """The spark-submit driver JVMs below a prepare task (:func:`is_driver_jvm`)."""
+    return [p for p in descendants(runner.pid, table) if is_driver_jvm(p.cmdline)]
 
 
 def python_workers(runner: Proc, table: dict[int, Proc]) -> list[Proc]:
@@ -97,6 +117,24 @@ def state(pid: int) -> str | None:
     except OSError:
         return None
     return stat[stat.rindex(")") + 2]
+
+
+def started_at(pid: int) -> float | None:
+    """When ``pid`` started, in epoch seconds (``/proc``: boot time plus its start in clock
+    ticks; about a second's precision); None if gone. A ``spark-class`` shell that exec'd
+    the driver JVM keeps its pid, so this is the shell's start, a second before the JVM's."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in (_PROC / "stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration):
+        return None
+    # Fields after the command: state is field 3, starttime field 22.
+    ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def gone(pid: int) -> bool:

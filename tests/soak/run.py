@@ -14,7 +14,8 @@ Airflow backfills ``intervals`` days, each export a contiguous block of them, ab
 While any run is unfinished, the nemesis works through the seed's schedule
 (:mod:`.schedule`), one fault at a time, each aimed at work in flight (it waits up to
 :data:`AIM_WAIT_S` for an export's prepare, commit or open transaction; a broker fault
-strikes the coordinator of an open transaction). Then everything is healed (proxies pass, paused
+strikes the coordinator of an open transaction; a kill of the prepare's JVM strikes one that
+writes, :mod:`.aim`). Then everything is healed (proxies pass, paused
 nodes resumed, dead nodes restarted, the cluster whole), the runs are left to their retries
 and recovery, and a run that still failed is re-run the way an operator would (``airflow
 tasks clear`` of the whole run), at most :data:`RERUN_ROUNDS` times. The checker
@@ -61,7 +62,7 @@ from tests.support.scheduler import (
     airflow_deployment,
 )
 
-from . import procs
+from . import aim, procs
 from .checker import (
     FinalState,
     TopicState,
@@ -83,8 +84,14 @@ from .schedule import TASK_TARGETS, Fault, FaultKind, fault_schedule
 
 #: How often a run that failed after the heal is re-run (cleared whole) by the soak.
 RERUN_ROUNDS = 3
-#: How long a task kill waits for a process of its target kind to appear.
+#: How long a task kill waits for a process of its target kind to appear (the prepare's
+#: JVM, aimed at work, waits up to :data:`AIM_WAIT_S`).
 TARGET_WAIT_S = 30.0
+#: A prepare's JVM is struck while it writes (:mod:`.aim`); after this long waiting for
+#: one, any driver JVM at least :data:`JVM_MIN_AGE_S` old (a loaded machine's prepare may
+#: take minutes before it writes).
+JVM_PATIENCE_S = 30.0
+JVM_MIN_AGE_S = 10.0
 #: How long another aimed fault waits for work in flight before it strikes anyway.
 AIM_WAIT_S = 60.0
 #: Faults aimed at work in flight (a clear needs a finished task, not work).
@@ -376,46 +383,92 @@ class Nemesis:
                 found[ti["task"]].append((runner, ti))
         return found
 
+    def _victims(
+        self, target: str, waited_s: float
+    ) -> list[tuple[procs.Proc, dict[str, Any], str]]:
+        """The processes of ``target`` kind a task kill may strike now, with why: for the
+        prepare's JVM, when aimed, those at work (:func:`.aim.choose`); for the others,
+        every one running."""
+        candidates = self._task_processes()[target]
+        if target != "spark_jvm" or not self.config.aim:
+            return [(proc, ti, "") for proc, ti in candidates]
+        jvms = {}
+        for proc, ti in candidates:
+            started = procs.started_at(proc.pid)
+            if started is not None:
+                kind = self.w.export_of(ti["dag_id"]).kind
+                jvms[proc.pid] = (aim.Jvm(proc.pid, kind, ti["day"], started), proc, ti)
+        recorder = self.w.recorder
+        chosen = aim.choose(
+            [jvm for jvm, _, _ in jvms.values()],
+            recorder.open_since() if recorder else [],
+            now=time.time(),
+            waited_s=waited_s,
+            patience_s=JVM_PATIENCE_S,
+            min_age_s=JVM_MIN_AGE_S,
+        )
+        return [(jvms[jvm.pid][1], jvms[jvm.pid][2], why) for jvm, why in chosen]
+
     def _kill_task(self, fault: Fault) -> dict[str, Any]:
-        """SIGKILL a process of the fault's target kind, waiting up to
-        :data:`TARGET_WAIT_S` for one: the prepare runs most of the time, so without the wait
-        nearly every kill would hit it and the short tasks (decide, commit) almost never.
-        A hit: the pid was alive (not a zombie) just before the signal and dead after."""
+        """SIGKILL a process of the fault's target kind, waiting for one: the prepare runs
+        most of the time, so without the wait nearly every kill would hit it and the short
+        tasks (decide, commit) almost never. The prepare's JVM is aimed at work
+        (:meth:`_victims`; up to :data:`AIM_WAIT_S`), the others wait up to
+        :data:`TARGET_WAIT_S`. A victim that exits between the choice and the signal is no
+        strike: the kill chooses again. A hit: the pid was alive (not a zombie) just before
+        the signal and dead after."""
         target = fault.target
-        deadline = time.monotonic() + TARGET_WAIT_S
-        while not (candidates := self._task_processes()[target]):
-            if time.monotonic() > deadline or _all_final(self.w, self.config.intervals):
+        wait_s = AIM_WAIT_S if target == "spark_jvm" and self.config.aim else TARGET_WAIT_S
+        began = time.monotonic()
+        escaped = 0
+        while True:
+            waited = time.monotonic() - began
+            if victims := self._victims(target, waited):
+                proc, ti, why = victims[int(fault.pick * len(victims))]
+                live = self._live()
+                moment, aimed_s = time.time(), round(time.monotonic() - began, 1)
+                if not procs.gone(proc.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGKILL)
+                        break
+                escaped += 1  # it ended while chosen: nothing struck yet
+            done = _all_final(self.w, self.config.intervals)
+            if waited > wait_s or done:
                 return {
                     "victim": None,
                     "hit": False,
-                    "result": f"no {target} process within {TARGET_WAIT_S} s",
+                    "aimed_s": round(waited, 1),
+                    "result": f"no {target} process "
+                    + (
+                        f"before every run finished ({waited:.0f} s)"
+                        if done
+                        else f"within {wait_s} s"
+                    )
+                    + (f" ({escaped} ended while chosen)" if escaped else ""),
                 }
-            time.sleep(0.2)
-        proc, ti = candidates[int(fault.pick * len(candidates))]
+            time.sleep(0.25)
+        died = procs.wait_gone(proc.pid)
         export = self.w.export_of(ti["dag_id"])
         victim = (
             f"{target} pid {proc.pid} of {export.kind} {ti['day']} {ti['task']} "
-            f"try {ti['try_number']}"
+            f"try {ti['try_number']}" + (f" ({why})" if why else "")
         )
-        live = self._live()
-        alive_before = not procs.gone(proc.pid)
-        moment = time.time()
-        try:
-            os.kill(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            alive_before = False
-        died = alive_before and procs.wait_gone(proc.pid)
         return {
             "victim": victim,
             "target_hit": target if died else None,
             "hit": died,
+            "aimed_s": aimed_s,
             "moment": moment,
             "own": [export.kind, ti["day"]],
             "live": live,
-            "evidence": {"task_state": ti["state"], "alive_before": alive_before, "died": died},
-            "result": "SIGKILL: died"
-            if died
-            else ("SIGKILL: had already exited" if not alive_before else "SIGKILL: still alive"),
+            "evidence": {
+                "task_state": ti["state"],
+                "alive_before": True,
+                "died": died,
+                "why": why,
+                "ended_while_chosen": escaped,
+            },
+            "result": "SIGKILL: died" if died else "SIGKILL: still alive",
         }
 
     def _healthy_first(self, timeout_s: float = 120.0) -> None:

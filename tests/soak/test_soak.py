@@ -3,10 +3,11 @@
 The short soak is the long one (:mod:`.run`) with 3 intervals, all at once, one per export
 (the example DAG by the JVM writer, a multi-topic export by the Python writer, a registry
 Avro export), and a fixed seed: the nemesis strikes for as long as a run is unfinished
-(every kind once in its first six faults, the broker faults aimed at work in flight), then
-heal, settle, check every topic. The unit tests prove that a seed fixes the schedule, that
-a strike is classified against its own export's windows of work, and that the checker can
-fail: each anomaly it is built to see is seen and named first.
+(every kind once in its first six faults, the task kill and the broker faults aimed at
+work in flight), then heal, settle, check every topic. The unit tests prove that a seed
+fixes the schedule, that a strike is classified against its own export's windows of work,
+that a task kill aims at a prepare's JVM that writes, and that the checker can fail: each
+anomaly it is built to see is seen and named first.
 """
 
 from __future__ import annotations
@@ -19,27 +20,33 @@ from pathlib import Path
 
 import pytest
 
+from .aim import Jvm, OpenTxn, choose
 from .checker import FinalState, TopicState, find_anomalies, find_nemesis_anomalies
 from .exports import KINDS, assign_days, dag_source, plan_exports
 from .flight import Window, classify_strikes, work_at
+from .procs import is_driver_jvm
 from .run import SoakConfig, run_soak, unfinished
 from .schedule import FaultKind, fault_schedule
 
 #: The CI soak's seed; ``KAFKA2PC_SOAK_SEED`` replays another. Seed 15280 strikes the five
-#: faults that must land on work first, within some 30 s: a task kill of a prepare's
-#: spark-submit JVM (the driver hosting the executors: the JVM writer's producers; it waits
-#: for one, and its run retries, which keeps work in flight), then a broker kill, the
-#: ledger's restart, the proxies' drop and a broker pause, all aimed (they wait for an open
-#: transaction of an export; the broker faults strike its coordinator); then a clear. (Seed
-#: 383, broker faults first, ran out of work on a quiet machine before its task kill.)
+#: faults that must land on work first: a task kill of a prepare's spark-submit JVM (the
+#: driver hosting the executors: the JVM writer's producers), then a broker kill, the
+#: ledger's restart, the proxies' drop and a broker pause; then a clear. All five are aimed:
+#: the task kill waits for a prepare's driver JVM that writes (an open transaction of its
+#: own export and interval, first seen after the JVM started; after 30 s, any driver JVM
+#: 10 s into its prepare: :mod:`.aim`), and its run retries the prepare, which keeps work in
+#: flight for the others; they wait for an open transaction of an export and the broker
+#: faults strike its coordinator. (Seed 383, broker faults first, ran out of work on a quiet
+#: machine before its task kill.)
 CI_SEED = 15280
 #: What the short soak must hit on work in flight (an export's own prepare, commit or open
-#: transaction at the moment of the strike; :mod:`.flight`): the aimed faults above, which
-#: wait for an open transaction. The task kill is reported but not required here: it is
-#: not aimed, and in one CI-sized run on a busy machine the prepare's JVM it found exited
-#: before the SIGKILL (``MISS: had already exited``); the long soak requires it
-#: (:data:`.run.LONG_MIN_HITS`). A clear needs a finished task, not work: the long soak's too.
+#: transaction at the moment of the strike; :mod:`.flight`): the five aimed faults above.
+#: The task kill once struck spark-class's launcher JVM (it names ``SparkSubmit`` too and
+#: lives a second: ``MISS: had already exited`` on a busy machine); it now strikes only a
+#: live driver JVM of a running prepare, chosen again if it ends before the signal. A clear
+#: needs a finished task, not work: the long soak's to prove (:data:`.run.LONG_MIN_HITS`).
 CI_MIN_HITS = {
+    "kill_task": 1,
     "kill_broker": 1,
     "pause_broker": 1,
     "restart_postgres": 1,
@@ -212,6 +219,61 @@ def test_classify_strikes_counts_hits_only() -> None:
     classify_strikes(events, WINDOWS)
     assert [e["in_flight"] for e in events] == [True, False, False, False]
     assert events[0]["work"] == ["jvm 20261101 open ()"]
+
+
+JVMS = [Jvm(20, "jvm", "20261101", 100.0), Jvm(10, "avro", "20261103", 104.0)]
+
+
+@pytest.mark.parametrize(
+    ("open_txns", "waited_s", "expected"),
+    [
+        # the jvm export's interval has a transaction its JVM opened: it writes
+        ([OpenTxn("jvm", "20261101", "j-0", 130.0)], 0.0, [20]),
+        # an earlier try's transaction, still open: not this JVM's work (yet), so wait
+        ([OpenTxn("jvm", "20261101", "j-0", 90.0)], 0.0, []),
+        # another interval's, or another export's: not its work
+        ([OpenTxn("jvm", "20261102", "j-0", 130.0)], 0.0, []),
+        ([OpenTxn("multi", "20261101", "m-0", 130.0)], 0.0, []),
+        # patience spent, nobody writes: any JVM 10 s into its prepare (pid order)
+        ([], 30.0, [10, 20]),
+        # ... but a writer still comes first
+        ([OpenTxn("avro", "20261103", "a-1", 120.0)], 45.0, [10]),
+    ],
+)
+def test_a_task_kill_aims_at_a_prepare_jvm_that_writes(open_txns, waited_s, expected) -> None:
+    chosen = choose(JVMS, open_txns, now=140.0, waited_s=waited_s, patience_s=30.0, min_age_s=10.0)
+    assert [jvm.pid for jvm, _ in chosen] == expected
+    assert all(why for _, why in chosen)
+
+
+def test_a_task_kill_waits_for_a_jvm_past_its_start_up() -> None:
+    young = [Jvm(30, "jvm", "20261101", 135.0)]
+    assert choose(young, [], now=140.0, waited_s=50.0, patience_s=30.0, min_age_s=10.0) == []
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "driver"),
+    [
+        (
+            "/usr/lib/jvm/java-17-openjdk-amd64/bin/java -cp /spark/conf:/spark/jars/* "
+            "-Xmx1g org.apache.spark.deploy.SparkSubmit --master local[2] app.py",
+            True,
+        ),
+        # spark-class's launcher JVM: names the driver class, lives a second
+        (
+            "java -Xmx128m -cp /spark/jars/* org.apache.spark.launcher.Main "
+            "org.apache.spark.deploy.SparkSubmit --master local[2] app.py",
+            False,
+        ),
+        # the spark-class shell before it execs the JVM (and its subshell)
+        ("bash /spark/bin/spark-class org.apache.spark.deploy.SparkSubmit app.py", False),
+        # the Python driver the JVM runs
+        ("/venv/bin/python /pkg/spark/app.py --spec-file x", False),
+        ("", False),
+    ],
+)
+def test_only_spark_submits_own_jvm_is_the_driver(cmdline: str, driver: bool) -> None:
+    assert is_driver_jvm(cmdline) is driver
 
 
 def test_the_exports_share_the_intervals_and_route_rows_among_topics() -> None:
