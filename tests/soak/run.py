@@ -841,8 +841,8 @@ def _topic_state(
 
 def unfinished(views: list[dict[str, Any]]) -> list[str]:
     """Committables not committed in full, judged over every topic they span: the audit
-    of one topic sees only that topic's records of a multi-topic transaction (its
-    ``complete`` compares them with the transaction's records in all topics)."""
+    of one topic sees only that topic's records of a multi-topic transaction, so the
+    committed records of every topic are summed against its ``expected`` (all topics)."""
     by_txn: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for view in views:
         by_txn.setdefault((view["transactional_id"], view["producer_id"]), []).append(view)
