@@ -155,11 +155,19 @@ class KafkaProtocol:
         request = end_txn_request(transactional_id, producer_id, epoch, result, version)
         return parse_end_txn(self._transport.send(node, request))
 
-    def end_txns(self, node: int, calls: Sequence[EndTxnCall]) -> list[int | ConnectionLostError]:
-        """EndTxn for many transactions of one coordinator, sent without waiting for each
-        answer; each answer's error code, or the lost connection that left it unanswered."""
-        answers = self._transport.send_all(node, [end_txn_request(*call) for call in calls])
-        return [a if isinstance(a, ConnectionLostError) else parse_end_txn(a) for a in answers]
+    def end_txns(
+        self, batches: Mapping[int, Sequence[EndTxnCall]]
+    ) -> dict[int, list[int | ConnectionLostError]]:
+        """EndTxn for many transactions, per coordinator node, sent without waiting for each
+        answer and to every node at once; per node, each answer's error code, or the lost
+        connection that left it unanswered."""
+        answers = self._transport.send_all(
+            {node: [end_txn_request(*call) for call in calls] for node, calls in batches.items()}
+        )
+        return {
+            node: [a if isinstance(a, ConnectionLostError) else parse_end_txn(a) for a in got]
+            for node, got in answers.items()
+        }
 
     def init_producer_id(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -124,36 +125,76 @@ class Transport:
         except _LOST as exc:
             raise self._lost(node, request, exc, timeout_ms) from None
 
-    def send_all(self, node: int, requests: Sequence[Any]) -> list[Any]:
-        """Send ``requests`` to one node without waiting for each answer; the answers, in
-        order, a lost one as its :class:`ConnectionLostError` (returned, not raised).
+    def send_all(self, batches: Mapping[int, Sequence[Any]]) -> dict[int, list[Any]]:
+        """Send each node its requests without waiting for each answer, every node at once;
+        per node, the answers in order, a lost one as its :class:`ConnectionLostError`
+        (returned, not raised).
 
-        Up to the connection's in-flight limit are on the wire at once (kafka-python fails
-        a send beyond it rather than queueing it): a thousand EndTxns cost the broker's
-        time, not a thousand round trips.
+        Up to the connection's in-flight limit are on the wire per node (kafka-python fails
+        a send beyond it rather than queueing it): a thousand EndTxns cost the brokers'
+        time, not a thousand round trips, and the coordinators of a cluster work at the
+        same time rather than one after another.
         """
-        try:
-            self.client.await_ready(node, timeout_ms=self._timeout_ms)
-        except _LOST as exc:
-            lost = self._lost(node, requests[0], exc, self._timeout_ms) if requests else None
-            return [lost] * len(requests)
+        answers, queues = self._ready(batches)
         deadline = time.monotonic() + self._timeout_ms / 1000
         window = max(1, self._in_flight - 1)
-        futures: list[Any] = []
-        for request in requests:
-            if len(futures) >= window:
-                self._wait(futures[-window], deadline)
-            futures.append(self.client.send(node, request))
-        for future in futures:
-            self._wait(future, deadline)
-        answers: list[Any] = []
-        for request, future in zip(requests, futures, strict=True):
-            if future.succeeded():
-                answers.append(future.value)
-            else:
-                exc = future.exception if future.failed() else kafka_errors.KafkaTimeoutError()
-                answers.append(self._lost(node, request, exc, self._timeout_ms))
+        flying: dict[int, deque[tuple[int, Any, Any]]] = {node: deque() for node in queues}
+        while any(queues.values()) or any(flying.values()):
+            for node, queue in queues.items():
+                while queue and len(flying[node]) < window:
+                    i, request = queue.popleft()
+                    flying[node].append((i, request, self.client.send(node, request)))
+            waiting = [q[0][2] for q in flying.values() if q and not q[0][2].is_done]
+            if waiting and time.monotonic() < deadline:
+                self._wait(waiting[0], deadline)
+            self._collect(answers, queues, flying, timed_out=time.monotonic() >= deadline)
         return answers
+
+    def _ready(
+        self, batches: Mapping[int, Sequence[Any]]
+    ) -> tuple[dict[int, list[Any]], dict[int, deque[tuple[int, Any]]]]:
+        """Connect to each node first; a node that cannot be reached answers every one of
+        its requests with the lost connection, and the others' are queued to be sent."""
+        answers: dict[int, list[Any]] = {}
+        queues: dict[int, deque[tuple[int, Any]]] = {}
+        for node, requests in batches.items():
+            try:
+                self.client.await_ready(node, timeout_ms=self._timeout_ms)
+            except _LOST as exc:
+                lost = self._lost(node, requests[0], exc, self._timeout_ms) if requests else None
+                answers[node] = [lost] * len(requests)
+                continue
+            answers[node] = [None] * len(requests)
+            queues[node] = deque(enumerate(requests))
+        return answers, queues
+
+    def _collect(
+        self,
+        answers: dict[int, list[Any]],
+        queues: dict[int, deque[tuple[int, Any]]],
+        flying: dict[int, deque[tuple[int, Any, Any]]],
+        *,
+        timed_out: bool,
+    ) -> None:
+        """Take the answered requests off each connection, in order (Kafka answers a
+        connection's requests in the order sent); past the deadline, everything still
+        flying or queued is unanswered."""
+        for node, q in flying.items():
+            while q and (q[0][2].is_done or timed_out):
+                i, request, future = q.popleft()
+                answers[node][i] = self._answer(node, request, future)
+            if timed_out:
+                for i, request in queues[node]:
+                    answers[node][i] = self._lost(
+                        node, request, kafka_errors.KafkaTimeoutError(), self._timeout_ms
+                    )
+                queues[node].clear()
+
+    def _answer(self, node: int, request: Any, future: Any) -> Any:
+        if future.succeeded():
+            return future.value
+        exc = future.exception if future.failed() else kafka_errors.KafkaTimeoutError()
+        return self._lost(node, request, exc, self._timeout_ms)
 
     def _wait(self, future: Any, deadline: float) -> None:
         """Poll the connection until ``future`` is answered or ``deadline`` passes."""

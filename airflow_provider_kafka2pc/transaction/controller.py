@@ -351,8 +351,8 @@ class TransactionController:
         self, run: _Finishing, todo: Sequence[int]
     ) -> dict[int, int | ConnectionLostError]:
         """Index -> the first EndTxn's answer, for the ids whose coordinator is known, sent
-        together per coordinator where the protocol offers it (the scripted ones of the
-        unit tests need not)."""
+        together, to every coordinator at once, where the protocol offers it (the scripted
+        ones of the unit tests need not)."""
         send_many = getattr(self._protocol, "end_txns", None)
         if send_many is None or len(todo) < 2:
             return {}
@@ -361,10 +361,15 @@ class TransactionController:
             node = self._coordinators.get(run.committables[i].transactional_id)
             if node is not None:
                 by_node.setdefault(node, []).append(i)
+        answers = send_many(
+            {
+                node: [self._end_txn_call(run.committables[i], run.result) for i in indexes]
+                for node, indexes in by_node.items()
+            }
+        )
         answered: dict[int, int | ConnectionLostError] = {}
         for node, indexes in by_node.items():
-            calls = [self._end_txn_call(run.committables[i], run.result) for i in indexes]
-            answered.update(zip(indexes, send_many(node, calls), strict=True))
+            answered.update(zip(indexes, answers[node], strict=True))
         return answered
 
     def _end(

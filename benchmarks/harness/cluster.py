@@ -45,6 +45,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_KAFKA_VERSION,
         help="Apache Kafka release of the local broker (fetched from Maven Central once)",
     )
+    if not any(a.dest == "kafka_nodes" for a in parser._actions):
+        parser.add_argument(
+            "--kafka-nodes",
+            type=int,
+            default=1,
+            help="local Kafka nodes: 1, one broker; 3 or more, a replicated cluster",
+        )
 
 
 class Cluster:
@@ -102,6 +109,7 @@ class Cluster:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **kwargs: Any) -> Cluster:
+        kwargs.setdefault("nodes", getattr(args, "kafka_nodes", 1))
         return cls(args.bootstrap_servers, args.kafka_version, **kwargs)
 
     def __enter__(self) -> Cluster:

@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -176,16 +176,20 @@ class KillAfterFirstEndTxn(KafkaProtocol):
         self._answered(transactional_id, node, code)
         return code
 
-    def end_txns(self, node: int, calls: Sequence[EndTxnCall]) -> list[Any]:
+    def end_txns(self, batches: Mapping[int, Sequence[EndTxnCall]]) -> dict[int, list[Any]]:
         if self._kill is None:
-            answers = super().end_txns(node, calls)
-            self._note(node, calls, answers)
+            answers = super().end_txns(batches)
+            for node, calls in batches.items():
+                self._note(node, calls, answers[node])
             return answers
-        first = super().end_txns(node, calls[:1])
+        node, calls = next(iter(batches.items()))
+        first = super().end_txns({node: calls[:1]})[node]
         self._answered(calls[0].transactional_id, node, first[0])
-        rest = super().end_txns(node, calls[1:]) if len(calls) > 1 else []
-        self._note(node, calls[1:], rest)
-        return first + rest
+        rest_batches = {**batches, node: calls[1:]}
+        rest = super().end_txns({n: c for n, c in rest_batches.items() if c})
+        for n, c in rest_batches.items():
+            self._note(n, c, rest.get(n, []))
+        return {n: (first + rest.get(n, []) if n == node else rest[n]) for n in batches}
 
     def _note(self, node: int, calls: Sequence[EndTxnCall], answers: Sequence[Any]) -> None:
         for call, answer in zip(calls, answers, strict=True):

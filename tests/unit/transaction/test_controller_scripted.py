@@ -333,14 +333,16 @@ def test_an_id_the_batch_lookup_missed_is_found_on_its_own():
 class BatchEnding(BatchFinding):
     """A broker connection that sends many EndTxns at once, answered from the same script."""
 
-    def end_txns(self, node, calls):
-        self.calls.append(("end_many", [call.transactional_id for call in calls]))
-        answers = []
-        for call in calls:
-            try:
-                answers.append(self.end_txn(node, *call))
-            except ConnectionLostError as exc:
-                answers.append(exc)
+    def end_txns(self, batches):
+        answers = {}
+        for node, calls in batches.items():
+            self.calls.append(("end_many", [call.transactional_id for call in calls]))
+            answers[node] = []
+            for call in calls:
+                try:
+                    answers[node].append(self.end_txn(node, *call))
+                except ConnectionLostError as exc:
+                    answers[node].append(exc)
         return answers
 
 
