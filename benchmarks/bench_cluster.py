@@ -583,7 +583,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-memory", default="2g", help="each worker's --memory")
     parser.add_argument("--executor-memory", default="2g", help="spark.executor.memory")
     parser.add_argument("--driver-memory", help="spark.driver.memory (default: Spark's, 1g)")
-    parser.add_argument("--kafka-nodes", type=int, default=3, help="Kafka nodes (3 or more)")
     parser.add_argument(
         "--executor-archive",
         action=argparse.BooleanOptionalAction,
@@ -600,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_subset_argument(parser, "--systems", SYSTEMS)
     add_cluster_arguments(parser)
+    parser.set_defaults(kafka_nodes=3)  # a replicated cluster: 3 or more
     args = parser.parse_args(argv)
     args.systems = parse_subset(parser, args.systems, SYSTEMS, "--systems")
 
@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     jars = spark_kafka_jars() if SPARK_SINK in args.systems or args.executor_archive else []
     extra: list[tuple[str, Run]] = []
     with ExitStack() as stack:
-        cluster = stack.enter_context(Cluster.from_args(args, nodes=args.kafka_nodes))
+        cluster = stack.enter_context(Cluster.from_args(args))
         spark_logs = WORK_DIR / cluster.prefix / "spark"
         spark_logs.mkdir(parents=True, exist_ok=True)
         master = stack.enter_context(

@@ -45,13 +45,12 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_KAFKA_VERSION,
         help="Apache Kafka release of the local broker (fetched from Maven Central once)",
     )
-    if not any(a.dest == "kafka_nodes" for a in parser._actions):
-        parser.add_argument(
-            "--kafka-nodes",
-            type=int,
-            default=1,
-            help="local Kafka nodes: 1, one broker; 3 or more, a replicated cluster",
-        )
+    parser.add_argument(
+        "--kafka-nodes",
+        type=int,
+        default=1,
+        help="local Kafka nodes: 1, one broker; 3 or more, a replicated cluster",
+    )
 
 
 class Cluster:
