@@ -13,14 +13,19 @@ define CHECKOUT_ON_PATH
 	echo "$(CURDIR)" > "$$($(1) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/kafka2pc-checkout.pth"
 endef
 
+# Packages are installed by uv (from PyPI, into the venv's own interpreter): the same
+# versions pip resolves, in about half its time on a fresh machine (131 s against 76 s for
+# this venv, measured side by side without a cache; docs/dependencies.md).
+UV_INSTALL = $(dir $(1))uv pip install --quiet --python $(1)
+
 # __init__.py: it holds the version, which the installed metadata must follow.
 $(STAMP): pyproject.toml airflow_provider_kafka2pc/__init__.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,spark,docs]'
+	$(BIN)/pip install --quiet uv
+	$(call UV_INSTALL,$(BIN)/python) -e '.[test,spark,docs]'
 	# The Spark provider pulls pyspark-client, which overwrites pyspark's Python files
 	# (pip check does not notice): put the full pyspark back on top.
-	$(BIN)/pip install --quiet --force-reinstall --no-deps pyspark==4.3.0
+	$(call UV_INSTALL,$(BIN)/python) --reinstall --no-deps pyspark==4.3.0
 	$(call CHECKOUT_ON_PATH,$(BIN)/python)
 	touch $(STAMP)
 
@@ -51,10 +56,10 @@ OLDEST_TESTS := tests/airflow/test_provider.py tests/airflow/test_example_dag.py
 $(OLDEST_STAMP): pyproject.toml $(OLDEST_CONSTRAINTS)
 	test -n "$(OLDEST_AIRFLOW)" || { echo "no apache-airflow>= lower bound in pyproject.toml"; exit 1; }
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/pip install --quiet --upgrade pip
-	$(OLDEST_VENV)/bin/pip install --quiet -c $(OLDEST_CONSTRAINTS) -e '.[test,spark]' \
+	$(OLDEST_VENV)/bin/pip install --quiet uv
+	$(call UV_INSTALL,$(OLDEST_VENV)/bin/python) -c $(OLDEST_CONSTRAINTS) -e '.[test,spark]' \
 		apache-airflow==$(OLDEST_AIRFLOW)
-	$(OLDEST_VENV)/bin/pip install --quiet --force-reinstall --no-deps pyspark==4.3.0
+	$(call UV_INSTALL,$(OLDEST_VENV)/bin/python) --reinstall --no-deps pyspark==4.3.0
 	$(call CHECKOUT_ON_PATH,$(OLDEST_VENV)/bin/python)
 	touch $(OLDEST_STAMP)
 

@@ -53,7 +53,8 @@ PATHS = (
     ),
     Path_("connect-jars", "Spark Connect server with the jars", connect=True, jvm=True),
     Path_("in-job", "prepare_in_job (@task.pyspark)", connect=False, jvm=True),
-    Path_("repair", "loss repair (spark-submit)", connect=False, jvm=True),
+    # The repair's prepare (``prepare_export`` with a ``Repair``), in process or by spark-submit.
+    Path_("repair", "loss repair", connect=False, jvm=True),
 )
 
 AVRO: dict[str, Any] = {}
@@ -190,16 +191,37 @@ _prove(
     "tests/airflow/test_connect_artifacts.py::"
     "test_the_jvm_writer_on_a_plain_server_ships_the_jars_and_writes_several_topics",
 )
+#: What tests/airflow/connect_cases.py's cases set between them, on both kinds of server.
+CONNECT_CASES = (
+    "key_column",
+    "header_columns",
+    "value_format: registry Avro",
+    "value_format: registry JSON Schema",
+    "value_format: registry Protobuf",
+    "key_format: registry Avro",
+    "key_format: registry Protobuf",
+    "subject strategy record_name",
+    "subject strategy topic_record_name",
+    "tombstone_when",
+    "timestamp_column",
+    "partitioning auto",
+    "partitioning kafka-aligned",
+    "partitioning hash",
+    "writer auto",
+    "writer python",
+    "writer jvm",
+)
 _prove(
-    (
-        "value_format: registry Avro",
-        "value_format: registry JSON Schema",
-        "value_format: registry Protobuf",
-        "key_format: registry Avro",
-    ),
+    CONNECT_CASES,
     ("connect",),
     "tests/airflow/test_connect_artifacts.py::"
     "test_registry_values_through_a_plain_server_read_back_against_the_registry",
+)
+_prove(
+    ("topic", *CONNECT_CASES),
+    ("connect-jars",),
+    "tests/airflow/test_connect_jvm_writer.py::"
+    "test_every_option_on_a_server_with_the_jars_is_exactly_once_and_reads_back",
 )
 _prove(
     ("topic_column + topics (several topics)", "key_column", "value_column", "writer auto"),
@@ -216,8 +238,13 @@ _prove(
         "topic_column + topics (several topics)",
         "value_format: registry Avro",
         "value_format: registry Protobuf",
+        "value_format: registry JSON Schema",
+        "subject strategy topic_record_name",
+        "header_columns",
+        "partitioning hash",
         "tombstone_when",
         "timestamp_column",
+        "writer auto",
         "writer python",
         "writer jvm",
     ),
@@ -228,6 +255,31 @@ _prove(
     ("topic", "key_column", "writer jvm"),
     ("repair",),
     "tests/integration/test_spark_prepare.py::test_jvm_writer_repairs_a_lost_partition_exactly_once",
+)
+_prove(
+    (
+        "topic",
+        "key_column",
+        "value_column",
+        "header_columns",
+        "value_format: registry Avro",
+        "value_format: registry JSON Schema",
+        "value_format: registry Protobuf",
+        "key_format: registry Avro",
+        "key_format: registry Protobuf",
+        "subject strategy record_name",
+        "subject strategy topic_record_name",
+        "tombstone_when",
+        "timestamp_column",
+        "partitioning auto",
+        "partitioning hash",
+        "writer auto",
+        "writer python",
+        "writer jvm",
+    ),
+    ("repair",),
+    "tests/integration/test_wire_formats.py::"
+    "test_a_lost_participant_is_repaired_exactly_once_with_every_option",
 )
 _prove(
     ("topic_column + topics (several topics)",),
@@ -250,6 +302,22 @@ _prove(
     ("topic", "key_column", "writer auto", "partitioning auto"),
     ("cluster",),
     "tests/airflow/test_export_cluster_mode.py::test_cluster_deploy_mode_commits_exactly_once",
+)
+_prove(
+    (
+        "topic_column + topics (several topics)",
+        "key_column",
+        "header_columns",
+        "value_format: registry JSON Schema",
+        "subject strategy topic_record_name",
+        "tombstone_when",
+        "timestamp_column",
+        "partitioning hash",
+        "writer python",
+    ),
+    ("cluster",),
+    "tests/airflow/test_export_cluster_mode.py::"
+    "test_cluster_deploy_mode_with_every_wire_option_commits_every_topic_once",
 )
 
 

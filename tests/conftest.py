@@ -275,6 +275,17 @@ def write_jsonl(path: Path, count: int, start: int = 0) -> Path:
 
 
 @pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real schema registry (tests/support/registry.py), started once per worker and
+    shared by its tests: each names subjects of its own (its topics', or a record name no
+    other test registers with another schema). Yields its Confluent-compatible URL."""
+    from tests.support.registry import running_registry
+
+    with running_registry(tmp_path_factory.mktemp("registry")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One broker with TLS (mutual), SASL/SCRAM and ACLs enforced (tests/support/secure.py),
     shared by the TLS, ACL and TLS-export tests."""

@@ -83,8 +83,8 @@ class RegistryFormat:
     :param subject_name_strategy: one of :class:`SubjectNameStrategy`'s values.
     :param record_name: the derived schema's record name (ignored with ``schema``, except
         for Protobuf, where it picks the message of the file to write, else its first one).
-    :param namespace: the derived schema's namespace (a Protobuf package; ignored with
-        ``schema``).
+    :param namespace: the derived schema's namespace (a Protobuf package; a JSON Schema's
+        title is ``namespace.record_name``; ignored with ``schema``).
     :param auto_register: register the schema under the subject (the registry checks its
         compatibility); False: it must already be registered there, else the export fails.
     :param schema_type: ``AVRO`` (default), ``JSON`` (JSON Schema) or ``PROTOBUF``.

@@ -11,6 +11,7 @@ whether a retry can help (:class:`~..errors.PermanentError`) survive the boundar
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass
 
 from .. import errors
@@ -39,8 +40,24 @@ def job_message(exc: BaseException) -> str:
             )
         except Py4JError:  # the JVM cannot be asked any more: Python's text
             pass
+    details = getattr(exc, "details", None)
+    if callable(details) and _is_rpc_error(exc):  # gRPC's own error: the server's words
+        with suppress(Exception):  # a call that ended without details: its text below
+            said = str(details() or "").strip()
+            if said:
+                return said.splitlines()[0][:500]
     text = str(exc).strip()
     return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+def _is_rpc_error(exc: BaseException) -> bool:
+    """A gRPC error a Spark Connect call raised as itself (not as PySpark's exception),
+    whose text starts ``<_MultiThreadedRendezvous of RPC that terminated with:``."""
+    try:
+        import grpc
+    except ImportError:  # no Spark Connect client here
+        return False
+    return isinstance(exc, grpc.RpcError)
 
 
 def failure_uri(manifest: str) -> str:

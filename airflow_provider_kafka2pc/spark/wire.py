@@ -127,7 +127,10 @@ def resolve_schemas(
             messages[role] = _protobuf_schema(spark, fmt, data_type, role)
             schema = messages[role].registered
         elif fmt.schema_type == SchemaType.JSON:
-            schema = fmt.schema or json_schema.derive_schema(data_type, fmt.record_name)
+            # Titled by the full name, as Avro and Protobuf are named: a record strategy's
+            # subject is then ``namespace.record_name`` in all three formats.
+            title = f"{fmt.namespace}.{fmt.record_name}" if fmt.namespace else fmt.record_name
+            schema = fmt.schema or json_schema.derive_schema(data_type, title)
             json_schema.check_encodable(data_type, schema, role)
         else:
             if is_connect(spark):  # a plain server has no spark-avro: shipped with the session

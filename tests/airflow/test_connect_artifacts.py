@@ -19,12 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.schema_registry.json_schema import JSONDeserializer
-from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_provider_kafka2pc.errors import ConfigurationError
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
@@ -32,10 +26,10 @@ from airflow_provider_kafka2pc.spark.connect import remote_session
 from airflow_provider_kafka2pc.spark.connect_artifacts import shipped
 from airflow_provider_kafka2pc.spark.remote import prepare_remote_argv
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
+from tests.airflow.connect_cases import CASES, export_case
 from tests.airflow.test_connect_jvm_writer import argv, routed_rows
 from tests.conftest import assert_exactly_once, audit, unique_id
 from tests.support.connect import ConnectServer, connect_server
-from tests.support.registry import protobuf_message, running_registry
 
 ROWS = 400
 
@@ -44,12 +38,6 @@ ROWS = 400
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     with connect_server(tmp_path_factory.mktemp("connect-plain")) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_registry(tmp_path_factory.mktemp("registry")) as url:
-        yield url
 
 
 def test_the_jvm_writer_on_a_plain_server_ships_the_jars_and_writes_several_topics(
@@ -93,28 +81,7 @@ def registry_argv(source: Path, tmp_path: Path, ids: list[str], topic: str) -> l
     ]
 
 
-def read_committed(bootstrap: str, topic: str, expected: int) -> list[Any]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique_id("connect-registry"),
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.subscribe([topic])
-    got: list[Any] = []
-    try:
-        for _ in range(60):
-            got += [m for m in consumer.consume(1000, timeout=0.5) if m.error() is None]
-            if len(got) >= expected:
-                break
-    finally:
-        consumer.close()
-    return got
-
-
-@pytest.mark.parametrize("schema_type", ["AVRO", "JSON", "PROTOBUF"])
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_registry_values_through_a_plain_server_read_back_against_the_registry(
     server: ConnectServer,
     registry: str,
@@ -123,63 +90,29 @@ def test_registry_values_through_a_plain_server_read_back_against_the_registry(
     bootstrap: str,
     make_topic,
     tmp_path: Path,
-    schema_type: str,
+    case: str,
 ) -> None:
-    topic = make_topic(2)
-    ids = [unique_id("connect-registry") for _ in range(2)]
-    source = routed_rows(tmp_path / "rows.json", [topic])
-    formats = ["--value-format", json.dumps({"schema_type": schema_type})]
-    if schema_type == "AVRO":
-        formats += ["--key-format", "{}"]
-    with remote_session(server.url, "connect-registry") as spark:
-        batch = prepare_remote_argv(
-            spark,
-            [*registry_argv(source, tmp_path, ids, topic), *formats],
-            settings,
-            registry={"url": registry},
-        )
-        if schema_type == "AVRO":
-            assert "spark-avro_2.13-4.2.0.jar" in shipped(spark)
-        if schema_type == "PROTOBUF":  # the encoder: protobuf-java and the project's jar
-            assert {"protobuf-java-4.36.2.jar", "kafka2pc-spark.jar"} <= shipped(spark)
-
-    assert batch.metadata["writer"] == "jvm", batch.metadata
-    TransactionController(protocol).commit_all(batch.committables)
-    assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=ROWS)
-    client = SchemaRegistryClient({"url": registry})
-    values, keys = _deserializers(schema_type, client)
-    expected = {row["id"]: row for row in map(json.loads, source.read_text().splitlines())}
-    got = {}
-    for message in read_committed(bootstrap, topic, ROWS):
-        value = values(message.value(), SerializationContext(topic, MessageField.VALUE))
-        key = (
-            keys(message.key(), SerializationContext(topic, MessageField.KEY))
-            if keys
-            else int(message.key())
-        )
-        assert key == value["id"]
-        got[key] = value
-    assert got == expected
-
-
-def _deserializers(schema_type: str, client: SchemaRegistryClient) -> tuple[Any, Any]:
-    """(the values' deserializer, the keys' or None), each giving a dict."""
-    if schema_type == "AVRO":
-        return AvroDeserializer(client), AvroDeserializer(client)
-    if schema_type == "JSON":
-        return JSONDeserializer(None, schema_registry_client=client), None
-    # The derived message: the row's columns in order (Spark's JSON source sorts them).
-    from google.protobuf.descriptor_pb2 import FieldDescriptorProto as FD
-
-    fields = [("id", 1, FD.TYPE_INT64), ("kind", 2, FD.TYPE_STRING)]
-    row = protobuf_message("", "topLevelRecord", [*fields, ("payload", 3, FD.TYPE_STRING)])
-    decode = ProtobufDeserializer(row, {}, schema_registry_client=client)
-
-    def values(data: bytes, ctx: SerializationContext) -> dict[str, Any]:
-        message = decode(data, ctx)
-        return {"id": message.id, "payload": message.payload, "kind": message.kind}
-
-    return values, None
+    """Each registry format for values (Avro keys, Protobuf keys), each subject strategy,
+    headers, tombstones, timestamps, hash and Kafka-aligned partitioning, both writers:
+    what the session ships for each is on the server (Avro: Spark's package; Protobuf:
+    protobuf-java with the encoder's jar), and every record reads back against the registry."""
+    _, jars = export_case(
+        server.url,
+        case,
+        registry=registry,
+        settings=settings,
+        protocol=protocol,
+        bootstrap=bootstrap,
+        topic=make_topic(2),
+        tmp_path=tmp_path,
+        auto_takes="python",
+        session_name="connect-registry",
+    )
+    spec_formats = {CASES[case]["value_format"].get("schema_type", "AVRO")}
+    if "AVRO" in spec_formats:
+        assert "spark-avro_2.13-4.2.0.jar" in jars
+    if "PROTOBUF" in spec_formats:  # the encoder: protobuf-java and the project's jar
+        assert {"protobuf-java-4.36.2.jar", "kafka2pc-spark.jar"} <= jars
 
 
 def test_a_column_the_given_avro_schema_cannot_carry_is_refused_before_anything_opens(

@@ -27,13 +27,16 @@ from airflow_provider_kafka2pc.errors import Kafka2pcError
 from airflow_provider_kafka2pc.ledger import Ledger
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState
+from airflow_provider_kafka2pc.spark import PROTOBUF_JAVA
 from airflow_provider_kafka2pc.spark.alignment import JAR
 from airflow_provider_kafka2pc.spark.connect import remote_session
 from airflow_provider_kafka2pc.spark.jvm_writer import HOOK_PROPERTY, kafka_clients_jar
+from airflow_provider_kafka2pc.spark.maven import fetch_jar
 from airflow_provider_kafka2pc.spark.remote import prepare_remote_argv
 from airflow_provider_kafka2pc.transaction.controller import TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from devtools.visible import read_committed
+from tests.airflow.connect_cases import CASES, export_case
 from tests.airflow.test_export_connect import ui_pages
 from tests.conftest import assert_exactly_once, audit, unique_id
 from tests.support.connect import ConnectServer, connect_server
@@ -44,8 +47,10 @@ ROWS = 400
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    # The tests' jar too: its fault hook (the product jar has none).
-    jars = [JAR, kafka_clients_jar(), jvm_test_jar()]
+    # The tests' jar too: its fault hook (the product jar has none); protobuf-java as a
+    # Protobuf user starts it (shipped to a session, the server's copy of our jar, loaded by
+    # its parent class loader, could not see it: the export is refused naming it).
+    jars = [JAR, kafka_clients_jar(), jvm_test_jar(), fetch_jar(PROTOBUF_JAVA)]
     with connect_server(tmp_path_factory.mktemp("connect-jvm"), jars=jars) as running:
         yield running
 
@@ -104,6 +109,35 @@ def test_auto_on_a_server_with_the_jar_prepares_several_topics_with_the_jvm_writ
     assert "kafka2pc" in logged  # the write's plan is there
     assert secret not in logged
     assert secret not in ui_pages(server)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_option_on_a_server_with_the_jars_is_exactly_once_and_reads_back(
+    server: ConnectServer,
+    registry: str,
+    settings: dict[str, Any],
+    protocol: KafkaProtocol,
+    bootstrap: str,
+    make_topic,
+    tmp_path: Path,
+    case: str,
+) -> None:
+    """The plain server's cases (test_connect_artifacts) on this one: registry formats,
+    keys, subject strategies, headers, tombstones, timestamps, partitionings and writers,
+    with the server's own jars; nothing of ours shipped with the session."""
+    _, jars = export_case(
+        server.url,
+        case,
+        registry=registry,
+        settings=settings,
+        protocol=protocol,
+        bootstrap=bootstrap,
+        topic=make_topic(2),
+        tmp_path=tmp_path,
+        auto_takes="jvm",
+        session_name="connect-jars-case",
+    )
+    assert not {"kafka2pc-spark.jar", "kafka-clients-4.4.0.jar"} & jars, jars
 
 
 def test_a_task_failing_mid_write_fails_the_prepare_and_leaves_nothing_open(

@@ -343,7 +343,7 @@ def test_server_killed_mid_prepare_fails_within_the_bound_and_leaves_nothing_ope
 
 def test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_server(
     server, export_dag, run_export, make_topic, protocol, bootstrap, ledger, monkeypatch,
-    tmp_path_factory,
+    registry,
 ):  # fmt: skip
     """What a user of a plain Connect server meets first: the TaskGroup with rows routed among
     two topics as registry Avro, tombstones and record timestamps, exactly once on each
@@ -354,50 +354,46 @@ def test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     from tests.integration.test_wire_formats import consume_all
-    from tests.support.registry import running_registry
 
     use_connect(monkeypatch, server)
     topics = [make_topic(2), make_topic(2)]
     base = (int(time.time()) - 3600) * 1000  # an hour ago: inside the topics' retention
-    with running_registry(tmp_path_factory.mktemp("registry")) as registry:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_SCHEMA_REGISTRY_CONNECT",
-            json.dumps({"conn_type": "http", "host": registry}),
-        )
-        dag = export_dag(
-            topic=None,
-            topic_column="kind",
-            topics=topics,
-            source={
-                "sql": f"SELECT id AS order_id, concat('customer-', id % 17) AS customer, "
-                f"IF(id % 2 = 0, '{topics[0]}', '{topics[1]}') AS kind, "
-                f"timestamp_millis({base} + id) AS updated_at FROM range(0, {ROWS})"
-            },
-            registry_conn_id="schema_registry_connect",
-            value_format={"record_name": "Order", "namespace": "shop"},
-            tombstone_when="order_id % 5 = 0",
-            timestamp_column="updated_at",
-        )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SCHEMA_REGISTRY_CONNECT",
+        json.dumps({"conn_type": "http", "host": registry}),
+    )
+    dag = export_dag(
+        topic=None,
+        topic_column="kind",
+        topics=topics,
+        source={
+            "sql": f"SELECT id AS order_id, concat('customer-', id % 17) AS customer, "
+            f"IF(id % 2 = 0, '{topics[0]}', '{topics[1]}') AS kind, "
+            f"timestamp_millis({base} + id) AS updated_at FROM range(0, {ROWS})"
+        },
+        registry_conn_id="schema_registry_connect",
+        value_format={"record_name": "Order", "namespace": "shop"},
+        tombstone_when="order_id % 5 = 0",
+        timestamp_column="updated_at",
+    )
 
-        result = run_export(dag, day=2)
+    result = run_export(dag, day=2)
 
-        assert result.state == "success", result
-        client = SchemaRegistryClient({"url": registry})
-        decode = AvroDeserializer(client)
-        for index, topic in enumerate(topics):
-            report, _ = assert_exactly_once(
-                protocol, bootstrap, topic, committed=ROWS // 2, aborted=0
-            )
-            assert report.tombstones == ROWS // 10  # ids 0, 10, ... and 5, 15, ...
-            for message in consume_all(bootstrap, topic, ROWS // 2):
-                key = int(message.key())
-                assert key % 2 == index
-                assert message.timestamp() == (TIMESTAMP_CREATE_TIME, base + key)
-                if key % 5 == 0:
-                    assert message.value() is None
-                    continue
-                row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
-                assert row["order_id"] == key and row["customer"] == f"customer-{key % 17}"
+    assert result.state == "success", result
+    client = SchemaRegistryClient({"url": registry})
+    decode = AvroDeserializer(client)
+    for index, topic in enumerate(topics):
+        report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=ROWS // 2, aborted=0)
+        assert report.tombstones == ROWS // 10  # ids 0, 10, ... and 5, 15, ...
+        for message in consume_all(bootstrap, topic, ROWS // 2):
+            key = int(message.key())
+            assert key % 2 == index
+            assert message.timestamp() == (TIMESTAMP_CREATE_TIME, base + key)
+            if key % 5 == 0:
+                assert message.value() is None
+                continue
+            row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
+            assert row["order_id"] == key and row["customer"] == f"customer-{key % 17}"
 
 
 @pytest.mark.parametrize("case", EVERY_PATH)

@@ -8,7 +8,6 @@ import json
 import stat
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,18 +20,12 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
 from tests.conftest import assert_exactly_once
 from tests.integration.test_wire_formats import consume_all
-from tests.support.registry import HOME, running_registry
+from tests.support.registry import HOME
 
 ROWS = 300
 #: A day ago: inside the topic's retention (older stamps are refused before anything opens).
 BASE_MS = (int(time.time()) - 24 * 3600) * 1000
 REGISTRY_CONN_ID = "schema_registry_test"
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_registry(tmp_path_factory.mktemp("registry")) as url:
-        yield url
 
 
 class SpyPrepare(SparkKafkaPrepareOperator):

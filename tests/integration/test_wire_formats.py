@@ -40,16 +40,11 @@ from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from tests.conftest import assert_exactly_once, unique_id
-from tests.support.registry import HOME, protobuf_message, running_registry
+from tests.support.readback import read_back
+from tests.support.registry import HOME, protobuf_message
 from tests.support.spark import PYTHON_ENV, QUIET_CONF
 
 ROWS = 2_000
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_registry(tmp_path_factory.mktemp("registry")) as url:
-        yield url
 
 
 IVY = HOME / "spark-ivy"
@@ -800,14 +795,18 @@ def test_the_prepare_application_takes_the_wire_options(tmp_path: Path):
 
 
 # Each writer with one format: the value is encoded before the writer, which sends its bytes.
-@pytest.mark.parametrize(("writer", "schema_type"), [("python", "AVRO"), ("jvm", "PROTOBUF")])
+@pytest.mark.parametrize(
+    ("writer", "schema_type"), [("python", "AVRO"), ("jvm", "PROTOBUF"), ("auto", "JSON")]
+)
 def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timestamps(
     spark, registry, settings, bootstrap, protocol, make_topic, tmp_path, writer, schema_type
 ):
     """The lease task's parameters carry the whole export spec (layout 2): a job of the
     user's own (``prepare_in_job``) exports rows routed among two topics as registry Avro
     (or Protobuf, read back by ProtobufDeserializer), with tombstones and record timestamps,
-    exactly once; the job brings the registry's settings as it brings Kafka's."""
+    exactly once; the job brings the registry's settings as it brings Kafka's. The JSON
+    Schema case also names its subjects by topic and record, sends a header column and
+    partitions by hash."""
     from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
     from airflow_provider_kafka2pc.spark.external import JobParameters, prepare_in_job
 
@@ -817,15 +816,22 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
         "*",
         f"CASE WHEN id % 2 = 0 THEN '{topics[0]}' ELSE '{topics[1]}' END AS to",
         f"{base} + id AS ms",
+        "CASE WHEN id % 2 = 0 THEN 'even' END AS origin",
     )
+    value_format = {"schema_type": schema_type, "record_name": "Order", "namespace": "shop"}
+    more: dict[str, Any] = {}
+    if schema_type == "JSON":
+        value_format["subject_name_strategy"] = "topic_record_name"
+        more = {"header_columns": ("origin",), "partitioning": "hash"}
     spec = ExportSpec(
         topic_column="to",
         topics=tuple(topics),
         key_column="id",
-        value_format={"schema_type": schema_type, "record_name": "Order", "namespace": "shop"},
+        value_format=value_format,
         tombstone_when="id % 5 = 0",
         timestamp_column="ms",
         writer=writer,
+        **more,
     )
     manifest_path = tmp_path / "manifest.json"
     params = JobParameters(spec, ids(2), unique_id("job"), str(manifest_path)).to_dict()
@@ -835,7 +841,8 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     )
 
     assert batch is not None and manifest_path.exists()
-    assert batch.metadata["writer"] == writer and batch.topics == tuple(topics)
+    assert batch.metadata["writer"] == ("jvm" if writer == "auto" else writer)
+    assert batch.topics == tuple(topics)
     commit(protocol, batch)
     client = SchemaRegistryClient({"url": registry})
     decode = _order_reader(schema_type, client)
@@ -847,19 +854,27 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
         for message in consume_all(bootstrap, topic, 200):
             key = int(message.key())
             assert key % 2 == index and message.timestamp() == (TIMESTAMP_CREATE_TIME, base + key)
+            if spec.header_columns:  # odd ids: a null header column, no header
+                assert message.headers() == ([("origin", b"even")] if key % 2 == 0 else None)
             if key % 5 == 0:
                 assert message.value() is None
                 continue
             row = decode(message.value(), SerializationContext(topic, MessageField.VALUE))
             assert row["id"] == key and row["customer"] == f"customer-{key % 97}"
+        if schema_type == "JSON":
+            assert client.get_latest_version(f"{topic}-shop.Order").schema_id
 
 
 def _order_reader(schema_type: str, client: SchemaRegistryClient) -> Any:
-    """A value's reader through the registry, giving ``id`` and ``customer``: Avro's, or
-    Protobuf's with a message ``shop.Order`` of the first two columns (a reader needs no
-    more fields than it reads)."""
+    """A value's reader through the registry, giving ``id`` and ``customer``: Avro's, JSON
+    Schema's, or Protobuf's with a message ``shop.Order`` of the first two columns (a reader
+    needs no more fields than it reads)."""
     if schema_type == "AVRO":
         return AvroDeserializer(client)
+    if schema_type == "JSON":
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+        return JSONDeserializer(None, schema_registry_client=client)
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
     from google.protobuf.descriptor_pb2 import FieldDescriptorProto as FD
 
@@ -873,3 +888,108 @@ def _order_reader(schema_type: str, client: SchemaRegistryClient) -> Any:
         return {"id": message.id, "customer": message.customer}
 
     return read
+
+
+# -- the loss repair of every option (docs/matrix.md's repair column) ---------------------------
+
+#: name -> (the spec's options, the source's columns). Each: its recorded spec read back from
+#: JSON (the ledger's record), one participant aborted as the broker aborts a timed-out one,
+#: written again from the same input, then every record read back through the registry.
+REPAIR_CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "avro-topic-record-name-hash-python": (
+        {
+            "key_column": "id",
+            "key_format": {},
+            "value_format": {
+                "subject_name_strategy": "topic_record_name",
+                "record_name": "Order",
+                "namespace": "shop",
+            },
+            "header_columns": ["origin"],
+            "tombstone_when": "id % 5 = 0",
+            "timestamp_column": "ms",
+            "partitioning": "hash",
+            "writer": "python",
+        },
+        ["id", "customer", "amount", "ms", "origin"],
+    ),
+    "protobuf-record-name-jvm": (
+        {
+            "key_column": "k",
+            "key_format": {"schema_type": "PROTOBUF"},
+            "value_format": {
+                "schema_type": "PROTOBUF",
+                "subject_name_strategy": "record_name",
+                "record_name": "RepairedOrder",  # its own subject in the shared registry
+                "namespace": "shop",
+            },
+            "writer": "jvm",
+        },
+        ["customer", "id", "named_struct('id', id) AS k"],  # readback's Protobuf fields
+    ),
+    "json-schema-auto": (
+        {"key_column": "id", "value_format": {"schema_type": "JSON"}, "partitioning": "auto"},
+        ["id", "customer", "note"],
+    ),
+    "value-column-headers-auto": (
+        {"key_column": "id", "value_column": "payload", "header_columns": ["origin"]},
+        ["id", "concat('v-', id) AS payload", "origin"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPAIR_CASES))
+def test_a_lost_participant_is_repaired_exactly_once_with_every_option(
+    spark, registry, settings, bootstrap, protocol, make_topic, case
+):
+    """The loss repair re-writes a lost participant's rows from the spec the ledger
+    recorded, so every option must come back the same: registry formats (values, keys,
+    each subject strategy), headers, tombstones, timestamps, value column, partitioning and
+    writer. Both witnesses count the batch once; every record decodes against the registry
+    (or is the tombstone or plain value it was), with its headers and timestamp."""
+    from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
+    from airflow_provider_kafka2pc.spark.job import Repair
+    from airflow_provider_kafka2pc.spark.prepare import prepare_export
+
+    options, columns = REPAIR_CASES[case]
+    rows, base = 300, (int(time.time()) - 3600) * 1000
+    frame = orders(spark, rows).selectExpr(
+        "*", f"{base} + id AS ms", "CASE WHEN id % 2 = 0 THEN 'even' END AS origin"
+    )
+    source = frame.selectExpr(*columns)
+    topic = make_topic(4)
+    spec = ExportSpec(topic=topic, **options)
+    leased = ids(4)
+    first = prepare_export(
+        source,
+        spec,
+        transactional_ids=leased,
+        producer_config=settings,
+        registry={"url": registry},
+    )
+    controller = TransactionController(protocol)
+    lost = first.committables[1]
+    assert [r.outcome for r in controller.abort_all([lost])] == [Outcome.ABORTED]
+
+    recorded = ExportSpec.from_dict(json.loads(spec.to_json()))
+    assert recorded == spec
+    repaired = prepare_export(
+        source,
+        recorded,
+        transactional_ids=leased,
+        producer_config=settings,
+        registry={"url": registry},
+        repair=Repair([1], first.partition_rows, first.partitioning),
+    )
+    assert repaired.metadata["partitions"] == [1]
+    assert repaired.metadata["writer"] == first.metadata["writer"]
+    assert [c.record_count for c in repaired.committables] == [lost.record_count]
+    final = [first.committables[0], *repaired.committables, *first.committables[2:]]
+    assert {r.outcome for r in controller.commit_all(final)} == {Outcome.COMMITTED}
+    report, _ = assert_exactly_once(
+        protocol, bootstrap, topic, *final, committed=rows, aborted=lost.record_count
+    )
+    tombstones = rows // 5 if spec.tombstone_when else 0
+    assert report.tombstones == tombstones
+
+    read_back(spec, registry, consume_all(bootstrap, topic, rows), topic, range(rows), base)

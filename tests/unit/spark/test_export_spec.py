@@ -167,6 +167,21 @@ def test_a_failed_jobs_message_is_its_own_words_not_its_stack():
     assert job_message(Exception()) == "Exception"
 
 
+def test_a_raw_grpc_error_of_connect_gives_the_servers_words():
+    """An error the Connect client raised as gRPC's own: its details, not its repr."""
+    grpc = pytest.importorskip("grpc")
+
+    class Rendezvous(grpc.RpcError):
+        def details(self):
+            return "java.lang.NoClassDefFoundError: com/google/protobuf/Message\n\tat ..."
+
+        def __str__(self):
+            return "<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = ..."
+
+    said = job_message(Rendezvous())
+    assert said == "java.lang.NoClassDefFoundError: com/google/protobuf/Message"
+
+
 def test_prepare_in_job_raises_a_permanent_error_as_its_process_says(monkeypatch):
     """On a platform (no Airflow) a refusal leaves ``prepare_in_job`` as itself; in an
     Airflow worker the lease operator's module makes it Airflow's no-retry failure too
