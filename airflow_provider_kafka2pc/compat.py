@@ -93,7 +93,7 @@ def submit_and_wait(hook: SparkSubmitHook, application: str) -> None:
         try:
             try:
                 hook._start_driver_status_tracking()
-            except Exception:
+            except Exception:  # re-raised below, after the driver is stopped
                 with contextlib.suppress(Exception):  # best effort: an untracked driver
                     hook.on_kill()  # must not write on
                 raise

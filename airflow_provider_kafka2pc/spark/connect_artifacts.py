@@ -77,7 +77,7 @@ def ensure_loaded(
     ship_jars(spark, wanted)
     try:
         return check()
-    except Exception as exc:
+    except Exception as exc:  # as above: whatever still fails is named, with what was shipped
         names = ", ".join(jar.name for jar in wanted)
         raise errors.ConfigurationError(
             f"the Spark Connect server cannot load {what} ({job_message(exc)}), even with "

@@ -454,7 +454,7 @@ def _described(
     repaired, so what the write opened is aborted before the error."""
     try:
         splits = describing.result()
-    except Exception as exc:
+    except Exception as exc:  # whatever the planning thread raised: nothing may stay open
         _fence(producer_config, ids, job_label)
         raise PrepareError(
             f"the source splits could not be recorded ({type(exc).__name__}: {exc}); "
