@@ -1,4 +1,5 @@
-"""kafka2pc's value encodings side by side: JSON (the default), registry Avro, registry JSON Schema.
+"""kafka2pc's value encodings side by side: JSON (the default), registry Avro, JSON Schema
+and Protobuf.
 
 ``make bench-wire``. Issue 29 asks that the schema registry's wire format not make an
 export slower than the JSON default. On one local Apache Kafka broker and one schema
@@ -17,28 +18,40 @@ whole row:
   registered under ``<topic>-value``, encoded in the JVM by spark-avro's ``to_avro`` behind
   the 5-byte header;
 - "kafka2pc JSON Schema (registry)": ``--value-format {"schema_type": "JSON"}``, the same
-  JSON behind the header, its schema derived and registered.
+  JSON behind the header, its schema derived and registered;
+- "kafka2pc Protobuf (registry)": ``--value-format {"schema_type": "PROTOBUF"}``, proto3
+  derived from the columns, each message encoded in the JVM by the package's UDF with
+  protobuf-java, behind the header and the message index. The package refuses a ``date``
+  column for Protobuf, so this system reads the same files through ``--source-sql``, every
+  column in the same order with the date as its days since 1970 (``unix_date(day)``, an
+  int: what Avro's logical date carries), as a user would cast it. A projection over the
+  file source: Spark reads the same splits, and the manifests' source-split layouts are
+  compared across the systems.
 
 Every system's spark-submit gets the same class path: the package's jar and Spark's Avro
 package (``spark-avro`` and its dependencies, resolved once into the Ivy cache the tests
 use, then passed as ``spark.jars``: no run pays a resolution; an operator run adds
-``--packages`` instead, whose resolution from a warm cache is not in these figures).
+``--packages`` instead, whose resolution from a warm cache is not in these figures); the
+Protobuf system's also has protobuf-java (fetched once into the package's cache, as the
+package's own spark-submit adds it for a Protobuf format).
 
 Every run is verified before any time is printed: the log audit (every committable
 committed in full, nothing open, nothing outside a transaction), a read_committed reader
 (records per partition equal to the audit's and to Java's murmur2 placement of the keys,
 hence equal across systems; no key twice), then every value read back: its header carries
-the schema id registered for the run's subject, and the values are decoded (``json``,
-confluent-kafka's ``AvroDeserializer`` / ``JSONDeserializer`` asking the registry) and
+the schema id registered for the run's subject (for Protobuf then the message index 0),
+and the values are decoded (``json``, confluent-kafka's ``AvroDeserializer`` /
+``JSONDeserializer`` / ``ProtobufDeserializer`` asking the registry; for Protobuf with a
+message class built from the file descriptor the registry holds for the subject) and
 compared field by field with the source's row of their key. All of them when that takes
 under ``--decode-budget-s`` at the cost measured in the warm-up (which decodes all), else
 the rows whose id is a multiple of a stride (the same rows for every system, at least
 10,000 per partition); the output says which.
 
 Printed: wall time per system (median of ``--rounds`` interleaved rounds after an untimed
-warm-up), CPU, the broker's CPU, the phases from Spark's event log, the ratios Avro/JSON
-and JSON Schema/JSON, the value bytes on the wire and the topic's bytes on the broker's
-disk, with the load average.
+warm-up), CPU, the broker's CPU, the phases from Spark's event log, the ratios Avro/JSON,
+JSON Schema/JSON and Protobuf/JSON, the value bytes on the wire and the topic's bytes on
+the broker's disk, the source splits' equality, with the load average.
 
 Run: ``python benchmarks/bench_wire.py [--rows 2000000 --partitions 8 --rounds 3]``.
 """
@@ -46,7 +59,9 @@ Run: ``python benchmarks/bench_wire.py [--rows 2000000 --partitions 8 --rounds 3
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
+import datetime as dt
 import json
 import os
 import re
@@ -62,6 +77,10 @@ from typing import Any
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 from harness import (
     Cluster,
     Expected,
@@ -93,7 +112,8 @@ from harness.typed import TypedDataset, from_json
 from harness.values import Decode, ValuesCheck, check_values, choose_stride
 
 from airflow_provider_kafka2pc.connection.registry import wire_header
-from airflow_provider_kafka2pc.spark import AVRO_PACKAGE
+from airflow_provider_kafka2pc.spark import AVRO_PACKAGE, PROTOBUF_JAVA
+from airflow_provider_kafka2pc.spark.maven import fetch_jar
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from devtools.broker import fetch_kafka
 from devtools.spark_submit import submit_prepare
@@ -106,19 +126,32 @@ IVY = HOME / "spark-ivy"
 JSON_VALUES = "kafka2pc JSON"
 AVRO_VALUES = "kafka2pc Avro (registry)"
 JSON_SCHEMA_VALUES = "kafka2pc JSON Schema (registry)"
-SYSTEMS = (JSON_VALUES, AVRO_VALUES, JSON_SCHEMA_VALUES)
+PROTOBUF_VALUES = "kafka2pc Protobuf (registry)"
+SYSTEMS = (JSON_VALUES, AVRO_VALUES, JSON_SCHEMA_VALUES, PROTOBUF_VALUES)
 #: Each system's ``--value-format`` (None: the default, the row as JSON).
 VALUE_FORMATS: dict[str, dict[str, str] | None] = {
     JSON_VALUES: None,
     AVRO_VALUES: {},
     JSON_SCHEMA_VALUES: {"schema_type": "JSON"},
+    PROTOBUF_VALUES: {"schema_type": "PROTOBUF"},
 }
 LEGEND = {
     JSON_VALUES: "the default: the row as JSON (Spark's to_json)",
     AVRO_VALUES: "--value-format {}: registry Avro derived from the columns (to_avro + header)",
     JSON_SCHEMA_VALUES: '--value-format {"schema_type": "JSON"}: to_json + header, '
     "JSON Schema derived and registered",
+    PROTOBUF_VALUES: '--value-format {"schema_type": "PROTOBUF"}: proto3 derived from the '
+    "columns, the date read as its days since 1970 (--source-sql), encoded in the JVM "
+    "(protobuf-java) + header and message index",
 }
+#: The Protobuf system's source: the same files, every column in the same order, the date
+#: as its days since 1970 (what Avro's logical date carries), since the product refuses a
+#: date column for Protobuf by name (docs/wire-formats.md) and a user would cast it. The
+#: query is a projection over the file source: Spark reads the same splits.
+DAYS_SQL = (
+    "SELECT id, key, customer, quantity, amount, active, created, unix_date(day) AS day, "
+    "note FROM parquet.`{path}`"
+)
 #: Named parts of a run: Spark's tasks' executor CPU (``harness.spark.stage_cpu``). The
 #: values are encoded in the stages that write the shuffle (with ``--partitioning source``,
 #: no shuffle: in the writing stage); the Python writer's stage feeds the workers.
@@ -149,6 +182,66 @@ def avro_jars() -> list[Path]:
     return sorted(jars.glob("*.jar"))
 
 
+def system_jars(system: str, avro: list[Path]) -> list[Path]:
+    """``system``'s ``spark.jars``: Spark's Avro package for every system, and protobuf-java
+    for Protobuf (its encoder's dependency, fetched once into the package's cache: what the
+    package's own spark-submit adds for a Protobuf format)."""
+    value_format = VALUE_FORMATS[system] or {}
+    protobuf = value_format.get("schema_type") == "PROTOBUF"
+    return [*avro, *([fetch_jar(PROTOBUF_JAVA)] if protobuf else [])]
+
+
+#: Confluent's message indexes of a file's first message (the one the package writes when it
+#: derives the schema): the single byte 0, after the 5-byte header.
+FIRST_MESSAGE = b"\x00"
+_UNIX_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_UNIX_DAY = dt.date(1970, 1, 1)
+
+
+def protobuf_decoder(client: SchemaRegistryClient, subject: str) -> Decode:
+    """confluent-kafka's ``ProtobufDeserializer`` with a message class built from the schema
+    the registry holds for ``subject`` (the base64 ``FileDescriptorProto`` the package
+    registers: its first message), each message made a row (:func:`from_protobuf`)."""
+    registered = client.get_latest_version(subject).schema.schema_str
+    file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(registered or ""))
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(file)
+    name = f"{file.package}.{file.message_type[0].name}".lstrip(".")
+    message_class = GetMessageClass(pool.FindMessageTypeByName(name))
+    deserializer = ProtobufDeserializer(message_class, {}, schema_registry_client=client)
+    fields = [(f.name, f.has_presence) for f in message_class.DESCRIPTOR.fields]
+    return lambda value, ctx: from_protobuf(deserializer(value, ctx), fields)
+
+
+def from_protobuf(message: Message, fields: list[tuple[str, bool]]) -> dict[str, Any]:
+    """A decoded message as :func:`~harness.typed.row_of` gives a row. proto3 leaves zero,
+    false and "" out of the bytes, and reading such a field gives that default back; a field
+    with presence (``optional``, a message) that is absent was a null: None. The Timestamp
+    becomes an aware datetime, ``day`` (days since 1970, :data:`DAYS_SQL`) a date."""
+    row: dict[str, Any] = {}
+    for name, presence in fields:
+        absent = presence and not message.HasField(name)
+        row[name] = None if absent else getattr(message, name)
+    if (created := row.get("created")) is not None:
+        micros = created.nanos // 1000
+        row["created"] = _UNIX_EPOCH + dt.timedelta(seconds=created.seconds, microseconds=micros)
+    if (day := row.get("day")) is not None:
+        row["day"] = _UNIX_DAY + dt.timedelta(days=day)
+    return row
+
+
+def same_splits(runs: list[Run]) -> tuple[bool, int]:
+    """Whether the runs of each size read the same Spark partitions: the manifests' digest
+    of which byte ranges of which files each partition read (source-split partitioning
+    only; else None for all, nothing to tell apart). Also how many runs recorded one."""
+    by_rows: dict[int, set[str | None]] = {}
+    for run in runs:
+        by_rows.setdefault(run.rows, set()).add(run.info.get("split_layout"))
+    recorded = sum(1 for run in runs if run.info.get("split_layout") is not None)
+    return all(len(layouts) == 1 for layouts in by_rows.values()), recorded
+
+
 @dataclasses.dataclass
 class WireVerification(Verification):
     """The harness' verification plus the values read back (:mod:`harness.values`), whose
@@ -171,7 +264,7 @@ class WireBench:
         args: argparse.Namespace,
         cluster: Cluster,
         registry: Registry | None,
-        jars: list[Path],
+        jars: dict[str, list[Path]],
     ) -> None:
         self.args, self.cluster, self.registry, self.jars = args, cluster, registry, jars
         self.full = TypedDataset(args.rows)
@@ -204,15 +297,26 @@ class WireBench:
     def sides(self) -> dict[str, Side]:
         return {name: (lambda rnd, n=name: self.export(rnd, n)) for name in self.args.systems}
 
-    def _decoder(self, system: str) -> Decode:
+    def _decoder(self, system: str, topic: str) -> Decode:
         value_format = VALUE_FORMATS[system]
         if value_format is None:
             return lambda value, _: from_json(json.loads(value))
         if value_format.get("schema_type") == "JSON":
             json_schema = JSONDeserializer(None, schema_registry_client=self.client)
             return lambda value, ctx: from_json(json_schema(value, ctx))
+        if value_format.get("schema_type") == "PROTOBUF":
+            assert self.client is not None
+            return protobuf_decoder(self.client, f"{topic}-value")
         avro = AvroDeserializer(self.client)
         return lambda value, ctx: avro(value, ctx)
+
+    def _source(self, system: str, data: TypedDataset) -> list[str]:
+        """The prepare's source options: the parquet files, or for Protobuf a query over
+        them turning the date into days (:data:`DAYS_SQL`)."""
+        path = data.parquet(self.args.partitions)
+        if VALUE_FORMATS[system] == {"schema_type": "PROTOBUF"}:
+            return ["--source-sql", DAYS_SQL.format(path=path)]
+        return ["--source-path", str(path), "--source-format", "parquet"]
 
     def _files(self, rnd: Round, system: str) -> tuple[str, Path]:
         slug = re.sub(r"[^a-z0-9]+", "-", system.lower()).strip("-")
@@ -230,7 +334,7 @@ class WireBench:
         ids = [f"{topic}-{i}" for i in range(partitions)]
         manifest, events = files / "manifest.json", files / "events"
         arguments = [
-            *("--source-path", str(data.parquet(partitions)), "--source-format", "parquet"),
+            *self._source(system, data),
             *("--key-column", "key", "--topic", topic),
             *("--bootstrap-servers", self.cluster.servers),
             *("--transactional-ids", ",".join(ids), "--job-label", topic),
@@ -242,7 +346,8 @@ class WireBench:
         if value_format is not None:
             arguments += ["--value-format", json.dumps(value_format)]
             arguments += ["--registry-config-file", str(self.registry_file)]
-        conf = {**event_log_conf(events), "spark.jars": ",".join(str(j) for j in self.jars)}
+        jars = ",".join(str(j) for j in self.jars[system])
+        conf = {**event_log_conf(events), "spark.jars": jars}
         others = [self.registry.pid] if self.registry and self.registry.pid else []
         with measure(self.cluster.broker_pid, exclude=others) as meter:
             started = now_ms()
@@ -280,6 +385,7 @@ class WireBench:
             "writer": meta.get("writer"),
             "log_bytes": self.cluster.topic_bytes(topic),
             "shuffle_bytes": tasks.shuffle_bytes,
+            "split_layout": (meta.get("source_splits") or {}).get("layout"),
         }
         self.cluster.delete_topics([topic])
         return Run(system, data.rows, meter, verification, parts, info)
@@ -297,12 +403,14 @@ class WireBench:
             assert self.client is not None
             schema_id = self.client.get_latest_version(f"{topic}-value").schema_id
             header = wire_header(schema_id)
+            if VALUE_FORMATS[system] == {"schema_type": "PROTOBUF"}:
+                header += FIRST_MESSAGE
         stride = 1
         if not self.args.decode_all:
             cost = self.decode_cost.get(system, float("nan"))
             stride = choose_stride(cost, data.rows, min(counts), self.args.decode_budget_s)
         values = check_values(
-            self.cluster.config, topic, self._decoder(system), header=header, stride=stride
+            self.cluster.config, topic, self._decoder(system, topic), header=header, stride=stride
         )
         if values.records != data.rows:
             values.problems.append(f"{values.records:,} values read of {data.rows:,}")
@@ -400,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM unwinds like Ctrl-C: the broker and the registry are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fetch_kafka(args.kafka_version)
-    jars = avro_jars()
+    avro = avro_jars()
+    jars = {system: system_jars(system, avro) for system in args.systems}
     with ExitStack() as stack:
         cluster = stack.enter_context(Cluster.from_args(args, data_dir=WORK_DIR / "kafka"))
         registry = None
@@ -433,6 +542,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(layouts) != 1:
         ok = False
         print(f"NOT COMPARABLE: the systems differ in (partitioning, writer): {sorted(layouts)}")
+    splits, recorded = same_splits(results.all_runs())
+    if not splits:
+        ok = False
+        print("NOT COMPARABLE: the systems' source splits differ (the manifests' layouts)")
     same, counts = same_partition_counts(results.all_runs()[len(results.warmups) :])
     ok = ok and same
     (partitioning, writer), *_ = layouts
@@ -447,6 +560,11 @@ def main(argv: list[str] | None = None) -> int:
     print_bytes(results, args.rows)
     print_decoding(results)
     print(f"per-partition counts equal across the systems: {'yes' if same else 'NO'} ({counts})")
+    if recorded:
+        print(
+            "Spark partitions (the source splits each read, from the manifests) equal across "
+            f"the systems: {'yes' if splits else 'NO'}"
+        )
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(json.dumps({"verified": ok}))
     return 0 if ok else 1
