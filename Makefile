@@ -127,7 +127,7 @@ bench-participants: $(STAMP)
 bench-peers: $(STAMP)
 	$(BIN)/python benchmarks/bench_peers.py $(BENCH_ARGS)
 
-# Registry Avro and JSON Schema values beside the JSON default (issue 29, item 6), one
+# Registry Avro, JSON Schema and Protobuf values beside the JSON default, one
 # registry started once. Options: BENCH_ARGS, e.g. make bench-wire BENCH_ARGS="--rows 500000".
 bench-wire: $(STAMP)
 	$(BIN)/python benchmarks/bench_wire.py $(BENCH_ARGS)

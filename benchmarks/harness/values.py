@@ -2,7 +2,7 @@
 
 Why apart from :mod:`.verify`: the digest there compares raw bytes with the source's,
 which works when every system writes the same bytes. Systems that encode the same rows
-differently (JSON, registry Avro, JSON Schema) are checked by what a consumer decodes
+differently (JSON, registry Avro, JSON Schema, Protobuf) are checked by what a consumer decodes
 instead: each value's header carries the registered schema id, and the decoded record
 equals the source's row of its key, field by field (:func:`.typed.row_of`).
 
