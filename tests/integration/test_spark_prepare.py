@@ -745,10 +745,12 @@ def test_spark_submit_refuses_speculation(bootstrap, protocol, topic, tmp_path):
     assert_nothing_written(protocol, bootstrap, topic)
 
 
-@WRITERS
-def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path, writer):
+def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tmp_path):
     """Aligned with Kafka (asked: ``--shuffle``) there too: the executors, other JVMs, load
-    the Java UDF from the jar the driver added (and, with the JVM writer, kafka-clients)."""
+    the Java UDF from the jar the driver added, and the JVM writer's kafka-clients. (The
+    Python writer on a standalone cluster's executors: the cluster deploy mode test,
+    tests/airflow/test_export_cluster_mode.py.)"""
+    writer = "jvm"
     topic = make_topic(6)
     with standalone_cluster(workers=2, log_dir=tmp_path) as master:
         code, manifest, _ = submit_prepare(
