@@ -118,7 +118,12 @@ _prove(
     "tests/airflow/test_export_multitopic.py::test_one_export_commits_every_topic_once",
 )
 _prove(
-    ("value_format: registry Avro", "tombstone_when", "timestamp_column"),
+    (
+        "value_format: registry Avro",
+        "subject strategy topic_record_name",
+        "tombstone_when",
+        "timestamp_column",
+    ),
     ("submit",),
     "tests/airflow/test_export_wire.py::test_registry_avro_tombstones_and_timestamps_through_the_task_group",
 )
@@ -239,9 +244,12 @@ _prove(
         "value_format: registry Avro",
         "value_format: registry Protobuf",
         "value_format: registry JSON Schema",
+        "key_format: registry Avro",
+        "subject strategy record_name",
         "subject strategy topic_record_name",
         "header_columns",
         "partitioning hash",
+        "partitioning kafka-aligned",
         "tombstone_when",
         "timestamp_column",
         "writer auto",

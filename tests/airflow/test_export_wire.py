@@ -68,7 +68,11 @@ def test_registry_avro_tombstones_and_timestamps_through_the_task_group(
             f"timestamp_millis({BASE_MS} + id) AS updated_at FROM range(0, {ROWS})"
         },
         registry_conn_id=REGISTRY_CONN_ID,
-        value_format={"record_name": "Order", "namespace": "shop"},
+        value_format={
+            "record_name": "Order",
+            "namespace": "shop",
+            "subject_name_strategy": "topic_record_name",
+        },
         tombstone_when="order_id % 5 = 0",
         timestamp_column="updated_at",
         spark_conf={"spark.jars.ivy": str(HOME / "spark-ivy")},
@@ -85,7 +89,7 @@ def test_registry_avro_tombstones_and_timestamps_through_the_task_group(
     assert report.tombstones == sum(seen.tombstones.values()) == ROWS // 5
 
     client = SchemaRegistryClient({"url": registry})
-    assert f"{topic}-value" in client.get_subjects()
+    assert f"{topic}-shop.Order" in client.get_subjects()
     decode = AvroDeserializer(client)
     for message in consume_all(bootstrap, topic, ROWS):
         order_id = int(message.key())

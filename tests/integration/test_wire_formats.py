@@ -39,6 +39,7 @@ from airflow_provider_kafka2pc.spark.wire import WireOptions
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
+from airflow_provider_kafka2pc.transaction.native_writer import murmur2
 from tests.conftest import assert_exactly_once, unique_id
 from tests.support.readback import read_back
 from tests.support.registry import HOME, protobuf_message
@@ -804,9 +805,10 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     """The lease task's parameters carry the whole export spec (layout 2): a job of the
     user's own (``prepare_in_job``) exports rows routed among two topics as registry Avro
     (or Protobuf, read back by ProtobufDeserializer), with tombstones and record timestamps,
-    exactly once; the job brings the registry's settings as it brings Kafka's. The JSON
-    Schema case also names its subjects by topic and record, sends a header column and
-    partitions by hash."""
+    exactly once; the job brings the registry's settings as it brings Kafka's. The Avro case
+    also writes its keys in the registry's Avro; the Protobuf case names its subject by the
+    record and aligns its participants with Kafka's partitions; the JSON Schema case names
+    its subjects by topic and record, sends a header column and partitions by hash."""
     from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
     from airflow_provider_kafka2pc.spark.external import JobParameters, prepare_in_job
 
@@ -820,6 +822,11 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     )
     value_format = {"schema_type": schema_type, "record_name": "Order", "namespace": "shop"}
     more: dict[str, Any] = {}
+    if schema_type == "AVRO":
+        more = {"key_format": {"schema_type": "AVRO"}}
+    if schema_type == "PROTOBUF":
+        value_format["subject_name_strategy"] = "record_name"
+        more = {"partitioning": "kafka-aligned"}
     if schema_type == "JSON":
         value_format["subject_name_strategy"] = "topic_record_name"
         more = {"header_columns": ("origin",), "partitioning": "hash"}
@@ -842,17 +849,26 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
 
     assert batch is not None and manifest_path.exists()
     assert batch.metadata["writer"] == ("jvm" if writer == "auto" else writer)
+    aligned = batch.metadata["partitioning"] == "kafka-aligned"
+    assert aligned or spec.partitioning != "kafka-aligned", batch.metadata
     assert batch.topics == tuple(topics)
+    if aligned:  # participant i owns partition i of each topic
+        for i, committable in enumerate(batch.committables):
+            assert {p.partition for p in committable.partitions} == {i}, committable.partitions
     commit(protocol, batch)
     client = SchemaRegistryClient({"url": registry})
     decode = _order_reader(schema_type, client)
+    read_key = AvroDeserializer(client) if spec.key_format else None
     for index, topic in enumerate(topics):
         report, _ = assert_exactly_once(
             protocol, bootstrap, topic, *batch.committables, committed=200, aborted=0
         )
         assert report.tombstones == 40  # ids 0, 10, 20, ... and 5, 15, 25, ...
         for message in consume_all(bootstrap, topic, 200):
-            key = int(message.key())
+            key_context = SerializationContext(topic, MessageField.KEY)
+            key = int(read_key(message.key(), key_context) if read_key else message.key())
+            # Where Java's partitioner puts the key's bytes as written (encoded or not).
+            assert message.partition() == (murmur2(message.key()) & 0x7FFFFFFF) % 2
             assert key % 2 == index and message.timestamp() == (TIMESTAMP_CREATE_TIME, base + key)
             if spec.header_columns:  # odd ids: a null header column, no header
                 assert message.headers() == ([("origin", b"even")] if key % 2 == 0 else None)
@@ -863,6 +879,10 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
             assert row["id"] == key and row["customer"] == f"customer-{key % 97}"
         if schema_type == "JSON":
             assert client.get_latest_version(f"{topic}-shop.Order").schema_id
+        if spec.key_format:
+            assert client.get_latest_version(f"{topic}-key").schema_id
+    if schema_type == "PROTOBUF":  # one subject for both topics
+        assert client.get_latest_version("shop.Order").schema_id
 
 
 def _order_reader(schema_type: str, client: SchemaRegistryClient) -> Any:
