@@ -41,13 +41,13 @@ OLDEST_VENV := .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 OLDEST_CONSTRAINTS := .ci/airflow-oldest-constraints.txt
 # What proves the provider on that release, in a few minutes: provider discovery and the
-# example DAG, `make demo` run twice, the dag.test() happy path (one writer: the writers are
-# Spark's side) and re-run, the verdict (and the XCom-only copy without a task state store), a
-# decision retried after its verdict and a failing prepare, recovery by the sensor and by its
-# deferred trigger, OpenLineage, and a scheduled run and a backfill under a real scheduler.
+# example DAG (parsed; `make demo` runs it on the newest), the dag.test() happy path (one
+# writer: the writers are Spark's side) and re-run, the verdict (and the XCom-only copy
+# without a task state store), a decision retried after its verdict and a failing prepare,
+# recovery by the sensor and by its deferred trigger, OpenLineage, and a scheduled run and a
+# backfill under a real scheduler.
 OLDEST_TESTS := tests/airflow/test_provider.py tests/airflow/test_example_dag.py \
 	tests/airflow/test_parse_without_connections.py \
-	tests/integration/test_cli.py::test_demo_proves_exactly_once_then_writes_nothing_again \
 	'tests/airflow/test_export_happy.py::test_happy_path_commits_exactly_once_without_leaking_secrets[jvm]' \
 	tests/airflow/test_export_happy.py::test_rerun_of_committed_interval_writes_nothing_and_skips_downstream \
 	tests/airflow/test_verdict.py \

@@ -67,7 +67,7 @@ def xdist_group(item: pytest.Item) -> str | None:
 #: Node id prefixes of the longest tests of their own, collected first. pytest-xdist's
 #: ``loadgroup`` hands out the groups (the largest first), then the tests of no group in
 #: collection order; the CI soak (160-260 s), collected last, ran alone on one worker for the
-#: suite's last minutes while the other had finished (measured twice).
+#: suite's last minutes while the other had finished (a timing run's per-worker log).
 RUN_FIRST = ("tests/soak/test_soak.py::test_short_soak",)
 
 
