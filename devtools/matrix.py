@@ -191,6 +191,12 @@ _prove(
     "test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_server",
 )
 _prove(
+    ("writer jvm",),
+    ("connect",),
+    "tests/airflow/test_export_connect.py::"
+    "test_the_jvm_writer_asked_for_through_the_task_on_a_plain_server_is_exactly_once",
+)
+_prove(
     ("topic_column + topics (several topics)", "value_column", "writer jvm"),
     ("connect",),
     "tests/airflow/test_connect_artifacts.py::"

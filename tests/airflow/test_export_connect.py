@@ -341,6 +341,24 @@ def test_server_killed_mid_prepare_fails_within_the_bound_and_leaves_nothing_ope
     assert_exactly_once(protocol, bootstrap, topic, committed=0)
 
 
+def test_the_jvm_writer_asked_for_through_the_task_on_a_plain_server_is_exactly_once(
+    server, export_dag, run_export, make_topic, protocol, bootstrap, monkeypatch, capfd, caplog
+):
+    """``writer="jvm"`` on the TaskGroup, the server as PySpark ships it: the prepare task
+    ships the jars to its session and the write runs in the server's JVM."""
+    caplog.set_level("INFO")
+    use_connect(monkeypatch, server)
+    topic = make_topic(2)
+    dag = export_dag(topic=topic, rows=ROWS, writer="jvm")
+
+    result = run_export(dag, day=4)
+
+    assert result.state == "success", result
+    out, err = capfd.readouterr()
+    assert "by the jvm writer" in out + err + caplog.text
+    assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=0)
+
+
 def test_several_topics_registry_avro_tombstones_and_timestamps_through_a_plain_server(
     server, export_dag, run_export, make_topic, protocol, bootstrap, ledger, monkeypatch,
     registry,
