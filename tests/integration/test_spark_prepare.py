@@ -750,7 +750,6 @@ def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tm
     the Java UDF from the jar the driver added, and the JVM writer's kafka-clients. (The
     Python writer on a standalone cluster's executors: the cluster deploy mode test,
     tests/airflow/test_export_cluster_mode.py.)"""
-    writer = "jvm"
     topic = make_topic(6)
     with standalone_cluster(workers=2, log_dir=tmp_path) as master:
         code, manifest, _ = submit_prepare(
@@ -762,7 +761,7 @@ def test_standalone_cluster_with_two_workers(bootstrap, protocol, make_topic, tm
             "--filter",
             "day = '2026-11-21'",
             "--writer",
-            writer,
+            "jvm",
             "--shuffle",
         )
     assert code == 0, (tmp_path / "spark-submit.log").read_text()[-3000:]
