@@ -60,12 +60,14 @@ def test_the_changelog_top_heading_is_this_version():
 
 
 def _installed_from_this_checkout() -> metadata.Distribution | None:
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return None
-    origin = json.loads(dist.read_text("direct_url.json") or "{}")
-    return dist if origin.get("url") == ROOT.as_uri() else None
+    """The venv's record of this checkout's editable install. Not ``metadata.distribution``:
+    with the checkout on ``sys.path`` it finds the build's ``*.egg-info`` there first, which
+    has no ``direct_url.json``, and the test below never ran."""
+    for dist in metadata.distributions(name=DISTRIBUTION):
+        origin = json.loads(dist.read_text("direct_url.json") or "{}")
+        if origin.get("url") == ROOT.as_uri():
+            return dist
+    return None
 
 
 def test_the_installed_metadata_is_this_version():
