@@ -191,6 +191,25 @@ class Deployment:
             {**dict(zip(keys, row, strict=True)), "task": row[2].split(".")[-1]} for row in rows
         ]
 
+    def asset_race_failed(self, run_id: str) -> bool:
+        """Whether ``run_id`` failed only by Airflow's race on a new asset: its commit task
+        committed, then the API server, creating the topic's asset for the alias event while
+        another run's commit created it too, hit the asset's unique index and set the task to
+        failed (docs/operators.md, "Known issue"). Any other failure is not this."""
+        tis = [ti for ti in self.task_instances() if ti["run_id"] == run_id]
+        failed = [ti for ti in tis if ti["state"] == "failed"]
+        if [ti["task"] for ti in failed] != ["commit"]:
+            return False
+        commit_id = str(failed[0]["id"])
+        api = self.home / "api-server.log"
+        lines = api.read_text(errors="replace").splitlines() if api.exists() else []
+        refused = any(
+            "Error updating Task Instance state" in line and f"ti_id={commit_id}" in line
+            for line in lines
+        )
+        raced = any("idx_asset_name_uri_unique" in line for line in lines)
+        return refused and raced
+
     def task_logs(self, dag_id: str = DAG_ID) -> list[Path]:
         return sorted((self.home / "logs" / f"dag_id={dag_id}").glob("run_id=*/task_id=*/*.log"))
 
