@@ -824,8 +824,8 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     more: dict[str, Any] = {}
     if schema_type == "AVRO":
         more = {"key_format": {"schema_type": "AVRO"}}
-    if schema_type == "PROTOBUF":
-        value_format["subject_name_strategy"] = "record_name"
+    if schema_type == "PROTOBUF":  # its own record: shop.Order is an Avro subject here
+        value_format |= {"subject_name_strategy": "record_name", "record_name": "JobOrder"}
         more = {"partitioning": "kafka-aligned"}
     if schema_type == "JSON":
         value_format["subject_name_strategy"] = "topic_record_name"
@@ -882,7 +882,7 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
         if spec.key_format:
             assert client.get_latest_version(f"{topic}-key").schema_id
     if schema_type == "PROTOBUF":  # one subject for both topics
-        assert client.get_latest_version("shop.Order").schema_id
+        assert client.get_latest_version("shop.JobOrder").schema_id
 
 
 def _order_reader(schema_type: str, client: SchemaRegistryClient) -> Any:
