@@ -333,6 +333,20 @@ _prove(
     "tests/airflow/test_export_cluster_mode.py::"
     "test_cluster_deploy_mode_with_every_wire_option_commits_every_topic_once",
 )
+_prove(
+    (
+        "topic",
+        "key_column",
+        "value_format: registry Protobuf",
+        "key_format: registry Protobuf",
+        "subject strategy record_name",
+        "partitioning kafka-aligned",
+        "writer jvm",
+    ),
+    ("cluster",),
+    "tests/airflow/test_export_cluster_mode.py::"
+    "test_cluster_deploy_mode_with_registry_protobuf_and_the_jvm_writer_commits_once",
+)
 
 
 def facts(path: Path_, spec: ExportSpec) -> WriterFacts:

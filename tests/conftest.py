@@ -209,6 +209,13 @@ def unique_id(prefix: str = "tx") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+def assert_ended(protocol: KafkaProtocol, transactional_id: str) -> None:
+    """The coordinator holds nothing open for ``transactional_id`` (asked at once: a writer
+    that reports a failed write has ended its transaction before it raises)."""
+    described = protocol.describe_transaction(transactional_id)
+    assert described is None or not described.state.open, described.to_dict()
+
+
 def audit(protocol: KafkaProtocol, topic: str, *committables: Committable) -> AuditReport:
     return audit_topic(protocol, topic, committables, duplicates=True)
 

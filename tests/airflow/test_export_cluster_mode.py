@@ -226,6 +226,54 @@ def test_cluster_deploy_mode_with_every_wire_option_commits_every_topic_once(
         read_back(spec, registry, messages, topic, range(index, ROWS, 2), base)
 
 
+def test_cluster_deploy_mode_with_registry_protobuf_and_the_jvm_writer_commits_once(
+    cluster, submissions, export_dag, run_export, make_topic, protocol, bootstrap, ledger,
+    registry, monkeypatch,
+):  # fmt: skip
+    """The rest of the cluster-mode column: registry Protobuf values (the subject named by
+    the record) and keys, participants aligned with Kafka's partitions, and the JVM writer
+    asked for by name, in the executors of a driver that runs on a worker. Every record
+    reads back through ProtobufDeserializer against the registry."""
+    topic = make_topic(2)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SCHEMA_REGISTRY_CLUSTER", json.dumps({"conn_type": "http", "host": registry})
+    )
+    options: dict[str, Any] = {
+        "key_column": "k",
+        "key_format": {"schema_type": "PROTOBUF"},
+        # Its own record: a subject holds one schema type, and others here name shop.Row.
+        "value_format": {"schema_type": "PROTOBUF", "record_name": "ClusterRow"}
+        | {"namespace": "shop", "subject_name_strategy": "record_name"},
+        "partitioning": "kafka-aligned",
+        "writer": "jvm",
+    }
+    dag = export_dag(
+        topic=topic,
+        source={  # the reader's field numbers: customer 1, id 2
+            "sql": "SELECT concat('customer-', id % 97) AS customer, id, "
+            f"named_struct('id', id) AS k FROM range(0, {ROWS})"
+        },
+        registry_conn_id="schema_registry_cluster",
+        spark_conf=CLUSTER_SPARK,
+        **options,
+    )
+
+    result = run_export(dag, day=11)
+
+    assert result.state == "success", result
+    assert _one_driver_run(cluster, submissions)["driver_status"] == "FINISHED"
+    prepared = result.xcom("prepare")
+    with ledger.open() as store:
+        parts = store.participants(prepared["export_id"], prepared["run_key"])
+    assert [p.state for p in parts] == [ParticipantState.COMMITTED] * 2
+    committables = [p.committable for p in parts]
+    for i, committable in enumerate(committables):  # participant i owns partition i
+        assert {r.partition for r in committable.partitions} == {i}, committable.partitions
+    assert_exactly_once(protocol, bootstrap, topic, *committables, committed=ROWS, aborted=0)
+    spec = ExportSpec(topic=topic, **options)
+    read_back(spec, registry, consume_all(bootstrap, topic, ROWS), topic, range(ROWS), 0)
+
+
 def test_cluster_deploy_mode_refusal_fails_the_task_once_with_its_own_error(
     cluster, submissions, export_dag, run_export, make_topic, protocol, bootstrap
 ):

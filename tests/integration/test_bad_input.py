@@ -22,7 +22,14 @@ from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
-from tests.conftest import assert_exactly_once, cli, cli_prepare, unique_id, write_jsonl
+from tests.conftest import (
+    assert_ended,
+    assert_exactly_once,
+    cli,
+    cli_prepare,
+    unique_id,
+    write_jsonl,
+)
 from tests.support.scripted import ScriptedBroker
 
 pytestmark = pytest.mark.kafka_versions()
@@ -54,8 +61,10 @@ def test_unknown_topic_fails_before_opening_a_transaction(settings, bootstrap, p
 
 def test_oversized_record_aborts_and_leaves_nothing_open(settings, bootstrap, protocol, topic):
     records = [(b"%d" % i, b"small") for i in range(5)] + [(b"big", b"x" * 2_000_000)]
+    tid = unique_id()
     with pytest.raises(WriteError, match=r"record 5 refused.*too large"):
-        TransactionalWriter(settings, unique_id()).write(topic, records)
+        TransactionalWriter(settings, tid).write(topic, records)
+    assert_ended(protocol, tid)
     report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
     assert report.totals["aborted"] <= 5, report.to_dict()
 
@@ -66,8 +75,10 @@ def test_failing_input_mid_write_aborts(settings, bootstrap, protocol, topic):
             yield b"%d" % i, b"v"
         raise RuntimeError("source broke")
 
+    tid = unique_id()
     with pytest.raises(WriteError, match="source broke"):
-        TransactionalWriter(settings, unique_id()).write(topic, rows())
+        TransactionalWriter(settings, tid).write(topic, rows())
+    assert_ended(protocol, tid)
     report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
     # Whatever reached the log before the abort is marked aborted; the rest was purged.
     assert report.totals["aborted"] <= 1000

@@ -14,7 +14,7 @@ from airflow_provider_kafka2pc.errors import WriteError
 from airflow_provider_kafka2pc.transaction.chunks import RecordChunk
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
-from tests.conftest import assert_exactly_once, unique_id
+from tests.conftest import assert_ended, assert_exactly_once, unique_id
 
 
 def read_all(bootstrap: str, topic: str, partition: int) -> list[tuple]:
@@ -117,6 +117,7 @@ def test_produce_batch_refusal_names_the_record_and_aborts(
     writer = TransactionalWriter(settings, unique_id(), batch_produce=True)
     with pytest.raises(WriteError, match=r"record 1005 refused"):
         writer.write_chunks(topic, [*chunks(1_000, 500), chunk])
+    assert_ended(protocol, writer.transactional_id)
     report, _ = assert_exactly_once(protocol, bootstrap, topic, committed=0)
     assert report.totals["open"] == 0
 
@@ -152,12 +153,17 @@ def test_one_transaction_spans_several_topics(
 def test_a_chunk_for_an_undeclared_topic_aborts_the_whole_transaction(
     settings, bootstrap, protocol, make_topic
 ):
+    """Also the writer's abort racing librdkafka's first AddPartitionsToTxn: librdkafka 2.16
+    then skips EndTxn and the coordinator kept about 3 in 10 of these transactions Ongoing
+    until their timeout, until the writer fenced its id after each abort. Fifteen tries:
+    without the fence, all fifteen pass less than once in a hundred runs."""
     topics = [make_topic(1), make_topic(1)]
-    routed = routed_chunks(topics, 3_000, 1_000)
     stray = RecordChunk([b"x"], [b"y"], topic="not-declared")
-    writer = TransactionalWriter(settings, unique_id())
-    with pytest.raises(WriteError, match="not among"):
-        writer.write_chunks(topics, [*routed, stray])
+    for _ in range(15):
+        writer = TransactionalWriter(settings, unique_id())
+        with pytest.raises(WriteError, match="not among"):
+            writer.write_chunks(topics, [*routed_chunks(topics, 3_000, 1_000), stray])
+        assert_ended(protocol, writer.transactional_id)
     for topic in topics:  # what reached either topic before the stray chunk: aborted
         assert_exactly_once(protocol, bootstrap, topic, committed=0)
     with pytest.raises(WriteError, match="names no topic"):
