@@ -56,6 +56,10 @@ DELIVERY_TIMEOUT_MS: Final = 60_000
 WRITER_DEADLINE_S: Final = 30.0
 #: Timeout InitProducerId registers when it fences an id (it opens no transaction).
 FENCE_TIMEOUT_MS: Final = 60_000
+#: How long the prepare's topic check asks again while the broker does not know a topic or
+#: its leaders yet: Kafka's AdminClient says brokers may learn of a new topic seconds after
+#: CreateTopics succeeded (a DAG that creates the topic just before the export).
+TOPIC_WAIT_S: Final = 3.0
 #: How long recovery waits for a transaction the coordinator is already ending (Prepare*).
 SETTLE_S: Final = 5.0
 #: Loss-repair rounds one commit may run (a repaired participant can be lost again when the

@@ -313,6 +313,18 @@ _prove(
 
 
 _prove(
+    ("partitioning source-splits",),
+    ("connect-jars",),
+    "tests/airflow/test_connect_jvm_writer.py::"
+    "test_source_splits_are_refused_on_this_server_too_before_anything_is_written",
+)
+_prove(
+    ("topic", "key_column", "value_column", "partitioning source-splits", "writer auto"),
+    ("in-job",),
+    "tests/integration/test_source_splits.py::"
+    "test_prepare_in_job_writes_each_source_split_with_a_value_column",
+)
+_prove(
     ("topic", "key_column", "writer auto", "partitioning auto"),
     ("cluster",),
     "tests/airflow/test_export_cluster_mode.py::test_cluster_deploy_mode_commits_exactly_once",

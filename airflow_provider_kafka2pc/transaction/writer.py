@@ -616,7 +616,10 @@ class TransactionalWriter:
         (3 aborts in 8 right after the first chunk, on Kafka 4.4). Initialising the id
         again (InitProducerId) from a second producer makes the coordinator abort what
         is still open and write its markers before it answers; on an id with nothing
-        open it is one round trip. The failure path only."""
+        open it is one round trip. The failure path only. Whose transaction it could end:
+        only one begun on this id since the abort, i.e. by another writer of the same
+        leased id at once (two runs of one interval), whose fencing the ledger already
+        arbitrates; a retried Spark task starts after this one has raised."""
         config = {
             **{k: v for k, v in self._config.items() if k not in _DELIVERY_TIMEOUT_KEYS},
             "logger": log,

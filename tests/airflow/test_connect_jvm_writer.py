@@ -37,6 +37,7 @@ from airflow_provider_kafka2pc.transaction.controller import TransactionControll
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from devtools.visible import read_committed
 from tests.airflow.connect_cases import CASES, export_case
+from tests.airflow.test_connect_options import assert_refused
 from tests.airflow.test_export_connect import ui_pages
 from tests.conftest import assert_exactly_once, audit, unique_id
 from tests.support.connect import ConnectServer, connect_server
@@ -53,6 +54,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     jars = [JAR, kafka_clients_jar(), jvm_test_jar(), fetch_jar(PROTOBUF_JAVA)]
     with connect_server(tmp_path_factory.mktemp("connect-jvm"), jars=jars) as running:
         yield running
+
+
+def test_source_splits_are_refused_on_this_server_too_before_anything_is_written(
+    server, settings, protocol, make_topic, tmp_path
+):
+    """The jars change the writer a Connect session gets, not its partitioning: source
+    splits need a classic session here as on a plain server (test_connect_options)."""
+    assert_refused(
+        server, settings, protocol, make_topic(2), tmp_path, ["--no-shuffle"], "source-splits"
+    )
 
 
 def routed_rows(path: Path, topics: list[str]) -> Path:

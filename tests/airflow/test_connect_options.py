@@ -50,7 +50,19 @@ def test_an_option_connect_cannot_honour_is_refused_before_anything_is_written(
     option: list[str],
     reason: str,
 ) -> None:
-    topic = make_topic(2)
+    assert_refused(server, settings, protocol, make_topic(2), tmp_path, option, reason)
+
+
+def assert_refused(
+    server: ConnectServer,
+    settings: dict[str, Any],
+    protocol: KafkaProtocol,
+    topic: str,
+    tmp_path: Path,
+    option: list[str],
+    reason: str,
+) -> None:
+    """The prepare on ``server`` with ``option`` fails with ``reason`` and writes nothing."""
     source = write_jsonl(tmp_path / "rows.json", 20)
     manifest = tmp_path / "manifest.json"
     ids = [unique_id("connect-options") for _ in range(2)]
