@@ -313,8 +313,8 @@ def test_prepare_in_job_writes_each_source_split_with_a_value_column(
     spark, settings, bootstrap, protocol, make_topic, tmp_path
 ):
     """``prepare_in_job`` (the lease task's parameters, the user's own job's DataFrame) with
-    the spec's source splits and a value column: each file its own transaction, no shuffle,
-    each record's value the column's bytes as they are."""
+    the spec's source splits and a value column: four files coalesced into three
+    transactions, no shuffle, each record's value the column's bytes as they are."""
     from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
     from airflow_provider_kafka2pc.spark.external import JobParameters, prepare_in_job
     from tests.integration.test_wire_formats import consume_all
@@ -324,14 +324,15 @@ def test_prepare_in_job_writes_each_source_split_with_a_value_column(
     spark.conf.set(OPEN_COST, "0")  # one split per file
     spec = ExportSpec(topic=topic, key_column="id", value_column="name", partitioning=SOURCE)
     manifest = tmp_path / "manifest.json"
-    params = JobParameters(spec, tuple(ids(FILES)), unique_id("job"), str(manifest))
+    params = JobParameters(spec, tuple(ids(3)), unique_id("job"), str(manifest))
 
     batch = prepare_in_job(spark.read.parquet(str(source)), params.to_dict(), settings)
 
     assert batch is not None and manifest.exists()
     assert batch.metadata["writer"] == "jvm"  # auto's choice in a classic session
-    assert batch.partitioning == SOURCE and batch.metadata["source_splits"]["splits"] == FILES
-    assert list(batch.partition_rows) == [ROWS_PER_FILE] * FILES
+    splits = SourceSplits.from_dict(batch.metadata["source_splits"])
+    assert batch.partitioning == SOURCE and (splits.splits, splits.partitions) == (FILES, 3)
+    assert sum(batch.partition_rows) == ROWS and all(batch.partition_rows)
     assert commit(protocol, batch.committables) == {Outcome.COMMITTED}
     assert_exactly_once(protocol, bootstrap, topic, *batch.committables, committed=ROWS)
     values = {int(m.key()): m.value() for m in consume_all(bootstrap, topic, ROWS)}
