@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo docs test test-unit test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire bench-cluster clean
+.PHONY: pyspark-wheel demo docs test test-unit test-airflow-oldest soak lint bench bench-spark bench-orchestration bench-id-pool bench-participants bench-peers bench-levers bench-wire bench-cluster clean
 
 # devtools/ (the local broker and cluster, the demo, test helpers) is not installed with the
 # package (tests/integration/test_wheel.py): a development venv finds it, and tests/ and benchmarks/, in
@@ -20,10 +20,26 @@ endef
 # PYTHONDONTWRITEBYTECODE is set (CI's machines) no Python process caches one either, so each
 # would compile Airflow from source again: 7.7-8.5 s against 3.4-4.5 s to import Airflow
 # and migrate a metadata DB, in every child process the tests start.
-UV_INSTALL = $(dir $(1))uv pip install --quiet --compile-bytecode --python $(1)
+UV_INSTALL = $(dir $(1))uv pip install --quiet --compile-bytecode --python $(1) \
+	--find-links $(WHEELS)
+
+# pyspark is published as an sdist only (450 MB). uv revalidated it against this machine's
+# index every time, so every venv built it again (20-40 s), and kept each build: 1.4 GB each,
+# 44 GB in uv's cache, which filled the disk. So it is built once, into our own cache, where
+# UV_INSTALL finds the wheel first. pip builds it (and caches the build too).
+WHEELS := $(HOME)/.cache/kafka2pc/wheels
+PYSPARK_WHEEL := $(WHEELS)/pyspark-4.3.0-py2.py3-none-any.whl
+
+pyspark-wheel: $(PYSPARK_WHEEL)
+
+$(PYSPARK_WHEEL):
+	mkdir -p $(WHEELS)
+	tmp=$$(mktemp -d $(WHEELS)/build.XXXXXX) && \
+		$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $$tmp pyspark==4.3.0 && \
+		mv $$tmp/pyspark-4.3.0-*.whl $@ && rm -rf $$tmp
 
 # __init__.py: it holds the version, which the installed metadata must follow.
-$(STAMP): pyproject.toml airflow_provider_kafka2pc/__init__.py
+$(STAMP): pyproject.toml airflow_provider_kafka2pc/__init__.py | $(PYSPARK_WHEEL)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
 	$(call UV_INSTALL,$(BIN)/python) -e '.[test,spark,docs]'
@@ -59,7 +75,7 @@ OLDEST_TESTS := tests/airflow/test_provider.py tests/airflow/test_example_dag.py
 	tests/airflow/test_scheduler.py::test_scheduled_run_is_exactly_once \
 	tests/airflow/test_scheduler.py::test_backfill_of_three_intervals_two_at_a_time
 
-$(OLDEST_STAMP): pyproject.toml $(OLDEST_CONSTRAINTS)
+$(OLDEST_STAMP): pyproject.toml $(OLDEST_CONSTRAINTS) | $(PYSPARK_WHEEL)
 	test -n "$(OLDEST_AIRFLOW)" || { echo "no apache-airflow>= lower bound in pyproject.toml"; exit 1; }
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/pip install --quiet uv
