@@ -252,11 +252,8 @@ class TransactionalWriter:
         config = {
             "allow.auto.create.topics": False,
             "partitioner": DEFAULT_PARTITIONER,
-            "logger": log,
-            **{k: v for k, v in self._config.items() if k not in _DELIVERY_TIMEOUT_KEYS},
+            **self._id_settings(),
             "message.timeout.ms": self.delivery_timeout_ms,
-            "transactional.id": self.transactional_id,
-            "transaction.timeout.ms": self.transaction_timeout_ms,
             "enable.idempotence": True,
             "statistics.interval.ms": _STATS_INTERVAL_MS,
             "stats_cb": on_stats,
@@ -270,6 +267,16 @@ class TransactionalWriter:
                 f"invalid producer settings {redact_strictly(self._config)}: "
                 f"{scrub(exc.args[0].str(), self._config)}"
             ) from None
+
+    def _id_settings(self) -> dict[str, Any]:
+        """The caller's settings (connection, security) under this writer's transactional id
+        and timeout: what both the write's producer and the fence after an abort use."""
+        return {
+            "logger": log,
+            **{k: v for k, v in self._config.items() if k not in _DELIVERY_TIMEOUT_KEYS},
+            "transactional.id": self.transactional_id,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+        }
 
     def _check_topic(self, producer: Producer, topic: str, errors: ClientErrors) -> None:
         """Fail before anything is opened if the topic is missing, the login is refused or
@@ -620,14 +627,8 @@ class TransactionalWriter:
         only one begun on this id since the abort, i.e. by another writer of the same
         leased id at once (two runs of one interval), whose fencing the ledger already
         arbitrates; a retried Spark task starts after this one has raised."""
-        config = {
-            **{k: v for k, v in self._config.items() if k not in _DELIVERY_TIMEOUT_KEYS},
-            "logger": log,
-            "transactional.id": self.transactional_id,
-            "transaction.timeout.ms": self.transaction_timeout_ms,
-        }
         try:
-            Producer(config).init_transactions(self._timeout_s)
+            Producer(self._id_settings()).init_transactions(self._timeout_s)
         except KafkaException as exc:
             log.error(
                 "%s: aborted, but initialising the id again to end what the coordinator "

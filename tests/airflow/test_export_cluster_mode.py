@@ -140,6 +140,20 @@ def _one_driver_run(cluster: Cluster, submissions: list[dict[str, Any]]) -> dict
     return facts
 
 
+def _committed_participants(
+    result: Any, cluster: Cluster, submissions: list[dict[str, Any]], ledger: Any
+) -> list[Any]:
+    """The run's participants, once it succeeded, its one driver ran on a worker and
+    finished, and both participants committed."""
+    assert result.state == "success", result
+    assert _one_driver_run(cluster, submissions)["driver_status"] == "FINISHED"
+    prepared = result.xcom("prepare")
+    with ledger.open() as store:
+        parts = store.participants(prepared["export_id"], prepared["run_key"])
+    assert [p.state for p in parts] == [ParticipantState.COMMITTED] * 2
+    return parts
+
+
 def test_cluster_deploy_mode_commits_exactly_once(
     cluster, submissions, export_dag, run_export, make_topic, protocol, bootstrap, ledger
 ):
@@ -210,12 +224,7 @@ def test_cluster_deploy_mode_with_every_wire_option_commits_every_topic_once(
 
     result = run_export(dag, day=10)
 
-    assert result.state == "success", result
-    assert _one_driver_run(cluster, submissions)["driver_status"] == "FINISHED"
-    prepared = result.xcom("prepare")
-    with ledger.open() as store:
-        parts = store.participants(prepared["export_id"], prepared["run_key"])
-    assert [p.state for p in parts] == [ParticipantState.COMMITTED] * 2
+    parts = _committed_participants(result, cluster, submissions, ledger)
     for index, topic in enumerate(topics):
         report, _ = assert_exactly_once(
             protocol, bootstrap, topic, *[p.committable for p in parts], committed=ROWS // 2
@@ -260,12 +269,7 @@ def test_cluster_deploy_mode_with_registry_protobuf_and_the_jvm_writer_commits_o
 
     result = run_export(dag, day=11)
 
-    assert result.state == "success", result
-    assert _one_driver_run(cluster, submissions)["driver_status"] == "FINISHED"
-    prepared = result.xcom("prepare")
-    with ledger.open() as store:
-        parts = store.participants(prepared["export_id"], prepared["run_key"])
-    assert [p.state for p in parts] == [ParticipantState.COMMITTED] * 2
+    parts = _committed_participants(result, cluster, submissions, ledger)
     committables = [p.committable for p in parts]
     for i, committable in enumerate(committables):  # participant i owns partition i
         assert {r.partition for r in committable.partitions} == {i}, committable.partitions
