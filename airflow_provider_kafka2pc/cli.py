@@ -134,7 +134,7 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
         raise ConfigurationError("--partitions must be >= 1")
     with _refusals(args, "create topics", topics=[args.topic]), _protocol(args) as protocol:
         protocol.create_topic(args.topic, args.partitions)
-        leaders = protocol.partition_leaders(args.topic)
+        leaders = protocol.partition_leaders(args.topic, wait_s=defaults.TOPIC_WAIT_S)
     _emit({"topic": args.topic, "partitions": len(leaders)})
     return 0
 

@@ -111,7 +111,10 @@ class Kafka2pcHook(KafkaBaseHook):
         connection's principal may not WRITE it."""
         with self.protocol() as protocol:
             try:
-                return len(protocol.partition_leaders(topic, for_write=True))
+                leaders = protocol.partition_leaders(
+                    topic, for_write=True, wait_s=defaults.TOPIC_WAIT_S
+                )
+                return len(leaders)
             except ProtocolError as exc:
                 refused = authorization_error(
                     exc,

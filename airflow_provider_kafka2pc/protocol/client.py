@@ -11,8 +11,8 @@ broker in tests (:mod:`.seam`).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from .. import defaults
 from ..connection.settings import bootstrap_servers, to_kafka_python
@@ -276,17 +276,27 @@ class KafkaProtocol:
 
     # -- log ----------------------------------------------------------------
 
-    def partition_leaders(self, topic: str, *, for_write: bool = False) -> dict[int, int]:
+    def partition_leaders(
+        self, topic: str, *, for_write: bool = False, wait_s: float = 0.0
+    ) -> dict[int, int]:
         """Partition -> leader node id; raises ProtocolError for an unknown topic.
 
         ``for_write``: also TOPIC_AUTHORIZATION_FAILED when this principal may see the topic
         but not WRITE it (Metadata v8+ reports the operations the principal is allowed):
         the writer would otherwise learn it only from a failed AddPartitionsToTxn, which
         librdkafka reports as purged records.
+
+        ``wait_s``: ask again for that long while the broker does not know the topic or
+        its leaders yet (:func:`asked_until_known`), for a check that must not refuse a
+        topic created just before (:data:`~..defaults.TOPIC_WAIT_S`).
         """
         version = self._require(ApiKey.METADATA, cap=8, minimum=4)
-        answer = self._transport.send_any(metadata_request(topic, version))
-        return parse_partition_leaders(answer, topic, for_write=for_write)
+
+        def ask() -> dict[int, int]:
+            answer = self._transport.send_any(metadata_request(topic, version))
+            return parse_partition_leaders(answer, topic, for_write=for_write)
+
+        return asked_until_known(ask, wait_s)
 
     def fetch(
         self,
@@ -362,3 +372,24 @@ class KafkaProtocol:
             if exc.error_name == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND.name:
                 return None
             raise
+
+
+T = TypeVar("T")
+
+#: What a broker answers for a topic it has not learnt of yet, or whose leaders it has not.
+_NOT_YET = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE"})
+
+
+def asked_until_known(ask: Callable[[], T], wait_s: float) -> T:
+    """``ask()``, asked again every 0.2 s for up to ``wait_s`` while it raises that the
+    broker does not know the topic yet: Kafka's AdminClient says brokers may learn of a new
+    topic seconds after CreateTopics succeeded, and Java's producer waits for a topic's
+    metadata likewise. Any other refusal, or one still there at the bound, is raised."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return ask()
+        except ProtocolError as exc:
+            if exc.error_name not in _NOT_YET or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)

@@ -412,30 +412,12 @@ def _check_topics(producer_config: Mapping[str, Any], topic: str | Sequence[str]
     return {t: _check_topic(producer_config, t) for t in topics}
 
 
-#: What a broker answers for a topic it has not learnt of yet, or whose leaders it has not.
-_NOT_YET = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "LEADER_NOT_AVAILABLE"})
-
-
-def _partition_leaders(protocol: KafkaProtocol, topic: str) -> dict[int, int]:
-    """The topic's leaders, asked again for up to :data:`~..defaults.TOPIC_WAIT_S` while
-    the broker does not know it yet (a topic created just before), as Java's producer waits
-    for a topic's metadata; a topic still unknown then is missing."""
-    deadline = time.monotonic() + defaults.TOPIC_WAIT_S
-    while True:
-        try:
-            return protocol.partition_leaders(topic)
-        except ProtocolError as exc:
-            if exc.error_name not in _NOT_YET or time.monotonic() >= deadline:
-                raise
-        time.sleep(0.2)
-
-
 def _check_topic(producer_config: Mapping[str, Any], topic: str) -> int:
     """The topic's number of partitions; a clear error when it cannot be used."""
     check_tls(producer_config)  # a TLS problem named before any executor writes
     with KafkaProtocol(producer_config) as protocol:
         try:
-            return len(_partition_leaders(protocol, topic))
+            return len(protocol.partition_leaders(topic, wait_s=defaults.TOPIC_WAIT_S))
         except ProtocolError as exc:
             refused = authorization_error(
                 exc, producer_config, f"use topic {topic!r}", topics=[topic]

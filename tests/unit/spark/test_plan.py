@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_kafka2pc.errors import BrokerFetchError, ConfigurationError, ProtocolError
+from airflow_provider_kafka2pc.errors import BrokerFetchError, ConfigurationError
 from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
 from airflow_provider_kafka2pc.spark.plan import (
     WriterChoice,
@@ -80,41 +80,3 @@ def test_what_forbids_a_run(spec, ids, connect, speculation, refused):
     assert len(found) == len(refused)
     for text, words in zip(found, refused, strict=True):
         assert words in text
-
-
-class _Metadata:
-    """A broker that learns of the topic after ``unknown`` answers (the first of them
-    ``first``), or never."""
-
-    def __init__(self, unknown: int, first: str = "UNKNOWN_TOPIC_OR_PARTITION") -> None:
-        self.asked = 0
-        self.unknown = unknown
-        self.first = first
-
-    def partition_leaders(self, topic: str) -> dict[int, int]:
-        self.asked += 1
-        if self.asked <= self.unknown:
-            name = self.first if self.asked == 1 else "LEADER_NOT_AVAILABLE"
-            raise ProtocolError(f"{topic}: {name}", name)
-        return {0: 1, 1: 1}
-
-
-def test_a_topic_the_broker_learns_of_late_is_waited_for_a_missing_one_not_for_ever(
-    monkeypatch,
-):
-    from airflow_provider_kafka2pc.spark import plan
-
-    naps: list[float] = []
-    monkeypatch.setattr(plan.time, "sleep", naps.append)
-    late = _Metadata(unknown=2)
-    assert plan._partition_leaders(late, "t") == {0: 1, 1: 1} and late.asked == 3
-    clock = iter(range(0, 100))  # one second per look at the clock
-    monkeypatch.setattr(plan.time, "monotonic", lambda: next(clock))
-    missing = _Metadata(unknown=10**6)
-    with pytest.raises(ProtocolError, match="LEADER_NOT_AVAILABLE"):
-        plan._partition_leaders(missing, "t")
-    assert missing.asked == int(plan.defaults.TOPIC_WAIT_S)  # asked at 0 s, 1 s, 2 s; 3 s: done
-    refused = _Metadata(unknown=1, first="TOPIC_AUTHORIZATION_FAILED")  # not asked again
-    with pytest.raises(ProtocolError, match="AUTHORIZATION"):
-        plan._partition_leaders(refused, "t")
-    assert refused.asked == 1
