@@ -251,6 +251,7 @@ _prove(
         "value_format: registry Protobuf",
         "value_format: registry JSON Schema",
         "key_format: registry Avro",
+        "key_format: registry Protobuf",
         "subject strategy record_name",
         "subject strategy topic_record_name",
         "header_columns",
@@ -325,9 +326,23 @@ _prove(
     "test_prepare_in_job_writes_each_source_split_with_a_value_column",
 )
 _prove(
-    ("topic", "key_column", "writer auto", "partitioning auto"),
+    (
+        "topic",
+        "key_column",
+        "value_format: registry Avro",
+        "key_format: registry Avro",
+        "writer auto",
+        "partitioning auto",
+    ),
     ("cluster",),
-    "tests/airflow/test_export_cluster_mode.py::test_cluster_deploy_mode_commits_exactly_once",
+    "tests/airflow/test_export_cluster_mode.py::"
+    "test_cluster_deploy_mode_with_registry_avro_values_and_keys_commits_exactly_once",
+)
+_prove(
+    ("topic", "key_column", "value_column", "partitioning source-splits", "writer auto"),
+    ("cluster",),
+    "tests/airflow/test_export_cluster_mode.py::"
+    "test_cluster_deploy_mode_writes_each_source_split_with_a_value_column",
 )
 _prove(
     (

@@ -50,6 +50,7 @@ from airflow_provider_kafka2pc.errors import (
     PermanentError,
     SourceChangedError,
 )
+from airflow_provider_kafka2pc.spark.cluster_packages import share_with_executors
 from airflow_provider_kafka2pc.spark.export_spec import (
     ExportSpec,
     add_arguments,
@@ -277,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"kafka2pc-{'repair' if repair else 'prepare'}-{'+'.join(spec.route.topics)}"
     ).getOrCreate()
     try:
+        share_with_executors(spark)
         prepare = loading.result()
         by_source_splits(spark, spec, args)
         try:

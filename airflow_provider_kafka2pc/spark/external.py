@@ -180,6 +180,8 @@ def prepare_in_job(
     failure, so the task's ``retries`` are not spent on it. None when the batch was
     already prepared.
     """
+    from .cluster_packages import share_with_executors
+    from .connect import is_connect
     from .prepare import prepare_export
 
     params = (
@@ -194,6 +196,8 @@ def prepare_in_job(
         "partitioning": partitioning,
     }
     spec = params.export.replace(**{k: v for k, v in overrides.items() if v is not None})
+    if not is_connect(df.sparkSession):
+        share_with_executors(df.sparkSession)  # a driver of standalone cluster deploy mode
     manifest = prepare_export(
         df,
         spec,

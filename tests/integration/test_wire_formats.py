@@ -41,7 +41,7 @@ from airflow_provider_kafka2pc.transaction.controller import Outcome, Transactio
 from airflow_provider_kafka2pc.transaction.manifest import Manifest
 from airflow_provider_kafka2pc.transaction.native_writer import partition_for_key
 from tests.conftest import assert_exactly_once, unique_id
-from tests.support.readback import read_back
+from tests.support.readback import key_reader, read_back
 from tests.support.registry import HOME, protobuf_message
 from tests.support.spark import PYTHON_ENV, QUIET_CONF
 
@@ -808,8 +808,9 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     user's own (``prepare_in_job``) exports rows routed among two topics as registry Avro
     (or Protobuf, read back by ProtobufDeserializer), with tombstones and record timestamps,
     exactly once; the job brings the registry's settings as it brings Kafka's. The Avro case
-    also writes its keys in the registry's Avro; the Protobuf case names its subject by the
-    record and aligns its participants with Kafka's partitions; the JSON Schema case names
+    also writes its keys in the registry's Avro; the Protobuf case its keys as a Protobuf
+    message, names its value subject by the record and aligns its participants with Kafka's
+    partitions; the JSON Schema case names
     its subjects by topic and record, sends a header column and partitions by hash."""
     from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
     from airflow_provider_kafka2pc.spark.external import JobParameters, prepare_in_job
@@ -823,19 +824,21 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
         "CASE WHEN id % 2 = 0 THEN 'even' END AS origin",
     )
     value_format = {"schema_type": schema_type, "record_name": "Order", "namespace": "shop"}
-    more: dict[str, Any] = {}
+    more: dict[str, Any] = {"key_column": "id"}
     if schema_type == "AVRO":
-        more = {"key_format": {"schema_type": "AVRO"}}
+        more["key_format"] = {"schema_type": "AVRO"}
     if schema_type == "PROTOBUF":  # its own record: shop.Order is an Avro subject here
         value_format |= {"subject_name_strategy": "record_name", "record_name": "JobOrder"}
-        more = {"partitioning": "kafka-aligned"}
+        # A Protobuf key is a message: the struct column k (the value's last field).
+        source = source.selectExpr("*", "named_struct('id', id) AS k")
+        more |= {"partitioning": "kafka-aligned", "key_column": "k"}
+        more["key_format"] = {"schema_type": "PROTOBUF"}
     if schema_type == "JSON":
         value_format["subject_name_strategy"] = "topic_record_name"
-        more = {"header_columns": ("origin",), "partitioning": "hash"}
+        more |= {"header_columns": ("origin",), "partitioning": "hash"}
     spec = ExportSpec(
         topic_column="to",
         topics=tuple(topics),
-        key_column="id",
         value_format=value_format,
         tombstone_when="id % 5 = 0",
         timestamp_column="ms",
@@ -860,7 +863,7 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     commit(protocol, batch)
     client = SchemaRegistryClient({"url": registry})
     decode = _order_reader(schema_type, client)
-    read_key = AvroDeserializer(client) if spec.key_format else None
+    read_key = key_reader(spec, client)
     for index, topic in enumerate(topics):
         report, _ = assert_exactly_once(
             protocol, bootstrap, topic, *batch.committables, committed=200, aborted=0
@@ -868,7 +871,7 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
         assert report.tombstones == 40  # ids 0, 10, 20, ... and 5, 15, 25, ...
         for message in consume_all(bootstrap, topic, 200):
             key_context = SerializationContext(topic, MessageField.KEY)
-            key = int(read_key(message.key(), key_context) if read_key else message.key())
+            key = int(read_key(message.key(), key_context))
             # Where Java's partitioner puts the key's bytes as written (encoded or not).
             assert message.partition() == partition_for_key(message.key(), 2)
             assert key % 2 == index and message.timestamp() == (TIMESTAMP_CREATE_TIME, base + key)

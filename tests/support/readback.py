@@ -39,7 +39,7 @@ def read_back(
     ``spec`` wrote there, whose ids are ``ids``."""
     client = SchemaRegistryClient({"url": registry})
     value_of = _value_reader(spec, client)
-    key_of = _key_reader(spec, client)
+    key_of = key_reader(spec, client)
     seen = set()
     for message in messages:
         key = key_of(message.key(), SerializationContext(topic, MessageField.KEY))
@@ -69,7 +69,9 @@ def read_back(
         assert client.get_latest_version(subject).schema_id
 
 
-def _key_reader(spec: ExportSpec, client: SchemaRegistryClient) -> Any:
+def key_reader(spec: ExportSpec, client: SchemaRegistryClient) -> Any:
+    """A key's reader: its text as a number, or through the registry (a Protobuf key is
+    the struct ``named_struct('id', id)``)."""
     if spec.key_format is None:
         return lambda data, ctx: int(data)
     if spec.key_format.schema_type == "PROTOBUF":
