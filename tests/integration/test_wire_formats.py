@@ -810,8 +810,8 @@ def test_prepare_in_job_takes_several_topics_registry_avro_tombstones_and_timest
     exactly once; the job brings the registry's settings as it brings Kafka's. The Avro case
     also writes its keys in the registry's Avro; the Protobuf case its keys as a Protobuf
     message, names its value subject by the record and aligns its participants with Kafka's
-    partitions; the JSON Schema case names
-    its subjects by topic and record, sends a header column and partitions by hash."""
+    partitions; the JSON Schema case names its subjects by topic and record, sends a header
+    column and partitions by hash."""
     from airflow_provider_kafka2pc.spark.export_spec import ExportSpec
     from airflow_provider_kafka2pc.spark.external import JobParameters, prepare_in_job
 
