@@ -17,12 +17,13 @@ resolved with the same Ivy settings, from the cache ``DriverWrapper`` just fille
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-def ivy_uris(conf: dict[str, str]) -> list[str]:
+def ivy_uris(conf: Mapping[str, str]) -> list[str]:
     """The ``ivy://`` URIs of the packages a standalone cluster-mode driver must hand to its
     executors (none in any other mode)."""
     if conf.get("spark.submit.deployMode") != "cluster":
