@@ -43,33 +43,10 @@ def kafka_connection(monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any]) 
     return dagtest.KAFKA_CONN_ID
 
 
-@pytest.fixture(scope="session")
-def shared_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One Spark Connect server per worker for the tests marked ``shared_connect``."""
-    from tests.support.connect import connect_server
-
-    with connect_server(tmp_path_factory.mktemp("shared-connect")) as running:
-        yield running
-
-
 @pytest.fixture
-def spark_connection(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
-    """``spark_default``: Spark ``local[2]`` by spark-submit; for a test marked
-    ``shared_connect``, the worker's Spark Connect server.
-
-    The mark is for tests whose subject is the orchestration (the decision, the commit,
-    repair, recovery, the page), not how the prepare reaches Spark: each spark-submit
-    starts a driver JVM (about 11 s of CPU for a 300-row export here), the suite's
-    largest cost on two cores, which a running server does not pay. A set of such tests
-    took 30% less CPU and 27% less time on the server than by spark-submit, with the
-    same results (tests/README.md). Every option's spark-submit proof stays on
-    spark-submit (devtools/matrix.py)."""
-    if request.node.get_closest_marker("shared_connect"):
-        server = request.getfixturevalue("shared_connect_server")
-        env = server.connection_env(dagtest.SPARK_CONN_ID)
-    else:
-        env = dagtest.spark_connection_env()
-    for key, value in env.items():
+def spark_connection(monkeypatch: pytest.MonkeyPatch) -> str:
+    """``spark_default``: Spark ``local[2]``."""
+    for key, value in dagtest.spark_connection_env().items():
         monkeypatch.setenv(key, value)
     return dagtest.SPARK_CONN_ID
 

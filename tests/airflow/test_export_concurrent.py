@@ -9,16 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from airflow_provider_kafka2pc.export import default_id_prefix
 from airflow_provider_kafka2pc.ledger import BatchState
 from tests.airflow import dagtest
 from tests.conftest import assert_exactly_once
 
 ROWS = 300
-
-pytestmark = pytest.mark.shared_connect
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -48,8 +48,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
 
 def use_connect(monkeypatch: pytest.MonkeyPatch, server: ConnectServer) -> None:
     """``spark_default`` becomes the Spark provider's ``spark_connect`` connection."""
-    for key, value in server.connection_env(dagtest.SPARK_CONN_ID).items():
-        monkeypatch.setenv(key, value)
+    host, port = server.url.removeprefix("sc://").split(":")
+    value = {"conn_type": "spark_connect", "host": host, "port": int(port)}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{dagtest.SPARK_CONN_ID.upper()}", json.dumps(value))
 
 
 def ui_pages(server: ConnectServer) -> str:

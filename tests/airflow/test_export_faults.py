@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import pytest
-
 from airflow_provider_kafka2pc.coordination.decision import Assessment
 from airflow_provider_kafka2pc.coordination.finish import Coordinator
 from airflow_provider_kafka2pc.export import export_asset
@@ -102,7 +100,6 @@ def test_decision_retried_after_raising_keeps_the_recorded_verdict(
     assert_exactly_once(protocol, bootstrap, topic, committed=ROWS, aborted=0)
 
 
-@pytest.mark.shared_connect
 def test_commit_raising_halfway_is_finished_by_its_retry_exactly_once(
     export_dag, run_export, make_topic, protocol, bootstrap, ledger
 ):
@@ -135,7 +132,6 @@ def test_commit_raising_halfway_is_finished_by_its_retry_exactly_once(
     assert [e["committed"] for e in dagtest.asset_events(export_asset(topic).uri)] == [ROWS]
 
 
-@pytest.mark.shared_connect
 def test_participant_fenced_before_the_decision_aborts_and_fails_the_run(
     export_dag, run_export, make_topic, protocol, bootstrap, ledger
 ):

@@ -95,7 +95,6 @@ def test_routing_is_checked_when_the_dag_is_parsed(export_dag):
         export_dag(topic=None, topic_column="kind")
 
 
-@pytest.mark.shared_connect
 @pytest.mark.parametrize("way", ["source", "log"])
 def test_a_loss_across_topics_is_repaired_exactly_once_per_topic(
     way, export_dag, run_export, make_topic, protocol, bootstrap, ledger

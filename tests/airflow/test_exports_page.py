@@ -51,7 +51,7 @@ from devtools.broker.node import free_port
 from ..conftest import REAL_KAFKA_ENV, assert_exactly_once
 from ..support.postgres import postgres_url
 
-pytestmark = [pytest.mark.slow, pytest.mark.shared_connect]
+pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: As root, without a GPU, and without the background connections this closed network refuses.

@@ -43,9 +43,6 @@ SHORT_MS = 4_000
 EXPORT_TIMEOUT_MS = 20_000
 RUN_KEY = "k"
 
-#: Repair is the commit's, whichever way the prepare reached Spark.
-pytestmark = pytest.mark.shared_connect
-
 
 def now_ms() -> int:
     return int(time.time() * 1000)

@@ -8,7 +8,6 @@ its Python workers together (``kill()``: SIGKILL, the "server died" fault).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -37,13 +36,6 @@ class ConnectServer:
     log: Path
     event_dir: Path
     process: subprocess.Popen
-
-    def connection_env(self, conn_id: str) -> dict[str, str]:
-        """The Spark provider's ``spark_connect`` connection ``conn_id`` to this server,
-        as an ``AIRFLOW_CONN_*`` variable."""
-        host, port = self.url.removeprefix("sc://").split(":")
-        value = {"conn_type": "spark_connect", "host": host, "port": int(port)}
-        return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(value)}
 
     def kill(self) -> None:
         """SIGKILL the server's whole process group (JVM, executors, Python workers)."""
