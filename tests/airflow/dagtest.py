@@ -7,6 +7,7 @@ configures its own Airflow home, runs one export and prints ``RESULT {json}``.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Mapping
@@ -191,8 +192,23 @@ class DagTestResult:
             return None if row is None else json.loads(row.value)
 
 
+def share_the_execution_api() -> None:
+    """One in-process Execution API app for every task ``dag.test()`` runs in this process.
+
+    Why: ``dag.test()`` builds a new app for each task instance, whose first request builds
+    its versioned routers (Cadwyn) again. Sharing one cut a happy-path test's process from
+    19.5 to 16.7 CPU-seconds (tasks run one at a time; each call still sets its DAG bag).
+    """
+    from airflow.sdk.execution_time import supervisor
+
+    build = getattr(supervisor, "in_process_api_server", None)
+    if build is not None and not hasattr(build, "cache_info"):
+        supervisor.in_process_api_server = functools.cache(build)
+
+
 def run(dag: Any, day: int = 1, *, register_first: bool = True) -> DagTestResult:
     """``dag.test()`` for interval ``day``; it does not raise when the run fails."""
+    share_the_execution_api()
     if register_first:
         register(dag)
     dag_run = dag.test(logical_date=logical_date(day))
