@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from ..support.scheduler import CANARY_DAG, DOWNSTREAM_DAG
 from .test_exports_page import DAG_FILE as PAGE_DAG
-from .test_scheduler import CANARY_DAG, DOWNSTREAM_DAG
 
 pytestmark = pytest.mark.slow
 

@@ -23,6 +23,13 @@ answered while a node was down (between its kill and its process starting again,
 rejoining), then ends with every witness: the log audit (markers applied by us), a
 read_committed consumer, Kafka's Java console consumer, every batch COMMITTED in the
 ledger, no transaction of the export open on the broker and no id still leased.
+
+It is also the newest Airflow's real-scheduler test (``make test`` leaves
+``tests/airflow/test_scheduler.py``, the same scheduled run on one broker, to the oldest
+Airflow's tier): the backfill ran two at a time and never three, runs open at once held
+disjoint transactional ids, no task opened the metadata DB through the ORM (an ORM canary
+DAG shows that the check can fail), and the commits' asset ran a downstream DAG written
+against the official Kafka provider's ``create_asset``.
 """
 
 from __future__ import annotations
@@ -45,9 +52,15 @@ from tests.support.scheduler import (
     FINAL,
     Deployment,
     airflow_deployment,
+    assert_concurrent_batches_disjoint,
+    assert_downstream_ran,
+    assert_no_orm_access,
     assert_topic_exactly_once,
     committed_batches,
+    companion_dags,
+    max_overlap,
     open_on_broker,
+    start_companions,
     still_leased,
 )
 
@@ -171,6 +184,7 @@ def test_rolling_restart_of_every_broker_during_a_backfill_is_exactly_once(
     kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     started = time.monotonic()
+    extra_dags, extra_env = companion_dags(kafka_cluster.bootstrap_servers)
     with (
         postgres_url() as server,
         airflow_deployment(
@@ -181,10 +195,12 @@ def test_rolling_restart_of_every_broker_during_a_backfill_is_exactly_once(
             partitions=PARTITIONS,
             # The prepare's evidence is the Python writer's progress lines (the JVM writer
             # logs none yet): the restart must be seen to hit a prepare that is writing.
-            extra_env={"KAFKA2PC_ORDERS_WRITER": "python"},
+            extra_dags=extra_dags,
+            extra_env={**extra_env, "KAFKA2PC_ORDERS_WRITER": "python"},
         ) as deployment,
     ):
         up = time.monotonic()
+        start_companions(deployment)
         first = deployment.today - timedelta(days=4)
         last = deployment.today - timedelta(days=2)
         deployment.backfill(first, last, max_active_runs=2)
@@ -234,6 +250,7 @@ def test_rolling_restart_of_every_broker_during_a_backfill_is_exactly_once(
             assert run["state"] == "success", (run, deployment.diagnostics())
             states = deployment.task_states(run["run_id"])
             assert states["commit"] == "success" and states["abort"] == "skipped", states
+        assert max_overlap(backfill) == 2, backfill  # two at a time, never three
 
         # The restarts did hit the work: a prepare's writers and a commit's EndTxn were
         # answered while a node was down (its process gone, not merely rejoining).
@@ -249,7 +266,11 @@ def test_rolling_restart_of_every_broker_during_a_backfill_is_exactly_once(
         assert {"prepare", "commit"} <= hit, restarts
 
         # Every witness, on the whole cluster again.
-        committed_batches(deployment, runs)
+        # Runs open at once held disjoint ids; no task opened the metadata DB (the canary
+        # shows the check can fail); the commits' asset ran the downstream DAG.
+        assert_concurrent_batches_disjoint(committed_batches(deployment, runs))
+        assert_no_orm_access(deployment, runs)
+        assert_downstream_ran(deployment)
         assert_topic_exactly_once(deployment, runs)
         assert_java_witness(
             kafka_cluster.bootstrap_servers, deployment.topic, committed=ROWS * len(runs)

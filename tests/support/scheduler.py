@@ -1,8 +1,9 @@
 """A real Airflow deployment in subprocesses, driven by its CLI and watched through its DB.
 
-Shared by the real-scheduler tests (``tests/airflow/test_scheduler.py``), the rolling
-restart on the three-node cluster (``tests/cluster/test_rolling_restart.py``) and the chaos
-soak (``tests/soak``): api-server (the execution API the workers talk to), scheduler with
+Shared by the real-scheduler test (``tests/airflow/test_scheduler.py``, the oldest
+Airflow's), the rolling restart on the three-node cluster
+(``tests/cluster/test_rolling_restart.py``, the newest's) and the chaos soak
+(``tests/soak``): api-server (the execution API the workers talk to), scheduler with
 the LocalExecutor, dag-processor and triggerer, each in its own process group, with an
 ``AIRFLOW_HOME`` of its own and the metadata DB in a database of its own on a PostgreSQL
 server (the LocalExecutor runs several DAG runs at once, which SQLite cannot serve). The
@@ -50,6 +51,62 @@ FINAL = ("success", "failed")
 RUN_TIMEOUT_S = 420
 #: What marks a task try's log as failed (Airflow 3 writes JSON lines).
 FAILURE_WORDS = ('"level":"error"', "Task failed with exception")
+
+
+#: A consumer's DAG, scheduled on the topic's asset built the official Kafka provider's way
+#: (``create_asset(server=..., topic=...)``), knowing nothing of this provider.
+DOWNSTREAM_ID = "orders_downstream"
+DOWNSTREAM_DAG = '''
+"""Downstream: runs when the export's commit emits the topic's asset."""
+import os
+
+from airflow.providers.apache.kafka.assets.kafka import create_asset
+from airflow.sdk import DAG, task
+
+ORDERS = create_asset(
+    server=os.environ["DOWNSTREAM_BOOTSTRAP_SERVER"], topic=os.environ["KAFKA2PC_ORDERS_TOPIC"]
+)
+
+with DAG("orders_downstream", schedule=[ORDERS], catchup=False):
+
+    @task
+    def read_committed_orders():
+        print("committed orders are there")
+
+    read_committed_orders()
+'''
+
+#: A task that opens the metadata DB through the ORM, as no provider task may: it proves
+#: that :func:`assert_no_orm_access` would see that error if any task caused it.
+CANARY_ID = "orm_canary"
+CANARY_DAG = '''
+"""Canary: a task that opens the metadata DB through the ORM, as no provider task may."""
+from airflow.sdk import DAG, task
+
+with DAG("orm_canary", schedule=None, catchup=False):
+
+    @task
+    def open_the_metadata_db():
+        from airflow.models import DagRun
+        from airflow.settings import Session
+
+        try:
+            Session().query(DagRun).count()
+        except Exception as exc:  # the worker refuses; its message goes to the task log
+            print(f"refused: {exc}")
+
+    open_the_metadata_db()
+'''
+ORM_ERROR = "Direct database access via the ORM is not allowed"
+
+
+def companion_dags(bootstrap: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The downstream DAG and the ORM canary beside the export: ``extra_dags`` and
+    ``extra_env`` for :func:`airflow_deployment`."""
+    return (
+        {f"{CANARY_ID}.py": CANARY_DAG, f"{DOWNSTREAM_ID}.py": DOWNSTREAM_DAG},
+        {"DOWNSTREAM_BOOTSTRAP_SERVER": bootstrap.split(",")[0]},
+    )
 
 
 @dataclass
@@ -445,3 +502,51 @@ def still_leased(deployment: Deployment) -> list[str]:
     with Ledger(deployment.ledger_url) as ledger:
         leases = ledger.leases(naming.default_prefix(EXPORT_ID))
     return [f"{lease.transactional_id} -> {lease.run_key}" for lease in leases if lease.leased]
+
+
+def start_companions(deployment: Deployment) -> None:
+    """Unpause the downstream DAG (before any commit emits the asset) and run the canary."""
+    deployment.airflow("dags", "unpause", DOWNSTREAM_ID)
+    deployment.airflow("dags", "unpause", CANARY_ID)
+    deployment.airflow("dags", "trigger", CANARY_ID)
+
+
+def assert_no_orm_access(deployment: Deployment, runs: list[dict[str, Any]]) -> None:
+    """Every run's export tasks logged, none of them refused an ORM access; and the check
+    can fail: the canary's task log holds the worker's refusal."""
+    logs = deployment.task_logs(DAG_ID)
+    for run in runs:
+        mine = [p for p in logs if f"run_id={run['run_id']}" in str(p)]
+        tasks = {p.parent.name.removeprefix("task_id=").split(".")[-1] for p in mine}
+        assert {"recover", "prepare", "decide", "commit"} <= tasks, (run["run_id"], mine)
+    offenders = [p for p in logs if ORM_ERROR in p.read_text(errors="replace")]
+    assert not offenders, [f"{p}: {p.read_text()[-2000:]}" for p in offenders]
+    deployment.wait_for(
+        lambda: deployment.rows(
+            "SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('success', 'failed')",
+            CANARY_ID,
+        ),
+        "the ORM canary",
+    )
+    canary = deployment.task_logs(CANARY_ID)
+    assert canary and any(ORM_ERROR in p.read_text(errors="replace") for p in canary), canary
+
+
+def assert_downstream_ran(deployment: Deployment) -> None:
+    """The commit's asset event is the official provider's asset: the consumer's DAG ran."""
+    downstream = lambda: deployment.runs("asset_triggered", dag_id=DOWNSTREAM_ID)  # noqa: E731
+    deployment.wait_for(
+        lambda: any(r["state"] in FINAL for r in downstream()), "the downstream DAG's run"
+    )
+    assert [r["state"] for r in downstream()][:1] == ["success"], deployment.diagnostics()
+
+
+def assert_concurrent_batches_disjoint(batches: list[Batch]) -> None:
+    """Batches open at the same time held disjoint transactional ids, and two were."""
+    overlapping = 0
+    for i, a in enumerate(batches):
+        for b in batches[i + 1 :]:
+            if a.created_at < b.finished_at and b.created_at < a.finished_at:
+                overlapping += 1
+                assert not set(a.transactional_ids) & set(b.transactional_ids), (a, b)
+    assert overlapping >= 1, f"no two batches were open at once: {batches}"
