@@ -38,3 +38,17 @@ def configure(home: Path | None = None) -> Path:
     (home / "dags").mkdir(parents=True, exist_ok=True)
     os.environ.update(settings(home))
     return home
+
+
+def reconfigure(home: Path) -> Path:
+    """Point an Airflow imported for another home at ``home``: in a process forked from
+    one that imported it (``tests/faults/forkserver.py``). Airflow reads its settings from
+    the environment on each look-up; what it derived from them at import (the metadata DB's
+    engine and sessions, the dags folder) is derived again."""
+    from airflow import settings as airflow_settings
+
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    os.environ.update(settings(home))
+    airflow_settings.configure_vars()
+    airflow_settings.configure_orm()
+    return home

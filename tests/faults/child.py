@@ -22,6 +22,12 @@ def main(argv: list[str]) -> int:
     from tests.airflow import env
 
     env.configure(Path(spec["home"]))
+    return run(spec)
+
+
+def run(spec: dict[str, Any]) -> int:
+    """The run itself, Airflow configured for ``spec["home"]`` (here or by the fork server,
+    :mod:`tests.faults.forkserver`)."""
     from tests.airflow import dagtest
     from tests.faults import injected
 

@@ -8,6 +8,8 @@ broker (audit + read_committed) and the child's printed result.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import signal
@@ -71,10 +73,97 @@ class ExportRun:
         return self.output[-chars:]
 
 
+class Forked:
+    """A run forked by the :class:`ForkServer`, seen as much of a :class:`subprocess.Popen`
+    as :class:`Child` uses: its pid, ``poll``, ``wait``, ``kill`` and ``returncode``."""
+
+    def __init__(self, pid: int, status: Path) -> None:
+        self.pid = pid
+        self.status = status
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.status.exists():
+            self.returncode = int(self.status.read_text())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"forked run {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+class ForkServer:
+    """One ``tests.faults.forkserver`` per test process: each run forked from a process
+    that already imported Airflow and built its Execution API app (about 11 CPU-s a run
+    less, measured). ``KAFKA2PC_TEST_FORKSERVER=0`` starts each run as its own process."""
+
+    def __init__(self, root: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env["PYTHONPATH"] = str(REPO)
+        self.log = root / "forkserver.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.faults.forkserver", str(root)],
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                text=True,
+            )
+        assert self._line() == "ready", self.log.read_text()[-3000:]
+
+    def _line(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        assert line, f"the fork server ended: {self.log.read_text()[-3000:]}"
+        return line
+
+    def start(self, spec: dict[str, Any], env: dict[str, str], log: Path) -> Forked:
+        assert self.process.stdin is not None
+        status = log.with_suffix(".status")
+        order = {"spec": spec, "env": env, "log": str(log), "status": str(status)}
+        self.process.stdin.write(json.dumps(order) + "\n")
+        self.process.stdin.flush()
+        return Forked(int(self._line()), status)
+
+    def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+_SERVER: list[ForkServer] = []
+
+
+def fork_server(root: Path) -> ForkServer | None:
+    """This test process's fork server, started on first use (None: runs are processes)."""
+    if os.environ.get("KAFKA2PC_TEST_FORKSERVER", "1") == "0":
+        return None
+    if not _SERVER:
+        _SERVER.append(ForkServer(root))
+        # At the test process's exit (the cluster tier's rig uses it too; the server also
+        # ends when its stdin closes).
+        atexit.register(_SERVER[0].stop)
+    return _SERVER[0]
+
+
 class Child:
     """A running export run; :meth:`wait` returns its :class:`ExportRun`."""
 
-    def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes] | Forked, log: Path) -> None:
         self.process = process
         self.log = log
 
@@ -176,6 +265,9 @@ class FaultRig:
             **spec,
         }
         log = self.root / f"run-{self._children}.log"
+        server = fork_server(self.root.parent)
+        if server is not None:
+            return Child(server.start(full, self.env(spark_master), log), log)
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tests.faults.child", json.dumps(full)],
