@@ -117,7 +117,21 @@ class Transport:
         ]
         return next((node for node in known if node not in tried), None)
 
+    def settle(self) -> None:
+        """Let the client see what happened while nobody polled it, before sending.
+
+        Why: a connection that idled past ``connections.max.idle.ms`` has been closed by
+        the broker (10 minutes by default), or is due to be closed by kafka-python's own
+        idle check (9 minutes), which only runs when the client is polled. Unpolled, the
+        next request went out on it and failed: the broker's close read as a lost
+        connection, kafka-python's cancelled the request in flight. On a one-node cluster
+        that was ``no Kafka node answered``. Polled once without waiting, the closed
+        connection is dropped first and the request opens a new one.
+        """
+        self.client.poll(timeout_ms=0)
+
     def send(self, node: int | str, request: Any, timeout_ms: int | None = None) -> Any:
+        self.settle()
         try:
             return self.client.send_and_receive(
                 node, request, timeout_ms=timeout_ms or self._timeout_ms
@@ -157,6 +171,7 @@ class Transport:
         its requests with the lost connection, and the others' are queued to be sent."""
         answers: dict[int, list[Any]] = {}
         queues: dict[int, deque[tuple[int, Any]]] = {}
+        self.settle()
         for node, requests in batches.items():
             try:
                 self.client.await_ready(node, timeout_ms=self._timeout_ms)

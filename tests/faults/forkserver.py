@@ -6,9 +6,9 @@ Why: a fault child (:mod:`tests.faults.child`) spent about 11 of its 16.5 CPU-se
 before its run began: 4 importing Airflow, the provider and the test support, 7 building
 the in-process Execution API app and its versioned routers (Cadwyn), which ``dag.test()``
 builds on its first request. This server does that once, starts no thread, and forks
-each run from there; the run points Airflow at its own home (:func:`tests.airflow.env.reconfigure`)
-and is otherwise the child's ``main``. The fault rig (``conftest.py``) starts one server
-per test process and speaks to it in lines:
+each run from there; the run points Airflow at its own home
+(:func:`tests.airflow.env.reconfigure`) and is otherwise the child's ``main``. The fault
+rig (``conftest.py``) starts one server per test process and speaks to it in lines:
 
 - in, on stdin: ``{"spec": ..., "env": {...}, "log": path, "status": path}``;
 - out, on stdout: ``ready`` once prepared, then each forked run's pid (whatever else
@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import select
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -122,7 +123,7 @@ def serve(root: Path) -> None:
                 tmp.write_text(str(_returncode(status)))
                 tmp.replace(path)
     for pid in running:  # runs left when the test process ends go with it
-        os.kill(pid, 9)
+        os.kill(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

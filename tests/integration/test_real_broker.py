@@ -7,6 +7,8 @@
   stable offset) until it ends: dangling transactions are an outage for consumers.
 - An id the coordinator does not know fails a whole DescribeTransactions; recovery's
   discovery then asks id by id and still finds the open transactions among them.
+- A connection the broker closed while it idled (``connections.max.idle.ms``) is replaced
+  on the next request, not reported lost.
 """
 
 from __future__ import annotations
@@ -28,8 +30,18 @@ from airflow_provider_kafka2pc.protocol.described import CoordinatorTxnState, De
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
 from airflow_provider_kafka2pc.transaction.writer import TransactionalWriter
+from devtools.broker import DEFAULT_KAFKA_VERSION, KafkaBroker
 from devtools.visible import read_committed
-from tests.conftest import assert_exactly_once, audit, cli, cli_prepare, unique_id, write_jsonl
+from tests.conftest import (
+    REAL_KAFKA_ENV,
+    TEST_BROKER_CONFIG,
+    assert_exactly_once,
+    audit,
+    cli,
+    cli_prepare,
+    unique_id,
+    write_jsonl,
+)
 
 pytestmark = pytest.mark.kafka_versions()
 
@@ -221,3 +233,31 @@ def test_an_unknown_id_fails_describe_and_discovery_asks_id_by_id(
     assert found[tid].identity == (held.producer_id, held.producer_epoch)
     assert TransactionController(protocol).commit(held).outcome is Outcome.COMMITTED
     assert_exactly_once(protocol, bootstrap, topic, held, committed=20, aborted=0)
+
+
+# -- a connection closed while idle ---------------------------------------------------------
+
+
+@pytest.mark.kafka_versions(DEFAULT_KAFKA_VERSION)
+def test_a_connection_the_broker_closed_while_idle_is_replaced_on_the_next_request(
+    tmp_path, kafka_version
+):
+    """The broker closes a connection idle for ``connections.max.idle.ms`` (10 minutes by
+    default; kafka-python closes its own after 9). A protocol that idled that long, on a
+    one-node cluster, failed its next request: ``no Kafka node answered (tried 1)``. A
+    benchmark's harness met it after a 14-minute check and stopped its broker."""
+    if os.environ.get(REAL_KAFKA_ENV):
+        pytest.skip(f"needs a broker of its own; {REAL_KAFKA_ENV} is set")
+    config = {**TEST_BROKER_CONFIG, "connections.max.idle.ms": "1500"}
+    with KafkaBroker(kafka_version, data_dir=tmp_path / "kafka", config=config) as broker:
+        settings = {"bootstrap.servers": broker.bootstrap_servers}
+        with KafkaProtocol(settings, timeout_ms=10_000) as protocol:
+            protocol.create_topic("idle", 2)
+            assert sorted(protocol.partition_leaders("idle", wait_s=3)) == [0, 1]
+            time.sleep(4)  # the broker closes both connections meanwhile
+            assert sorted(protocol.partition_leaders("idle")) == [0, 1]
+            tid = unique_id("after-idle")
+            held = TransactionalWriter(settings, tid).write("idle", [(b"k", b"v")])
+            time.sleep(4)
+            assert TransactionController(protocol).commit(held).outcome is Outcome.COMMITTED
+            assert_exactly_once(protocol, settings["bootstrap.servers"], "idle", held, committed=1)

@@ -54,7 +54,7 @@ class ScriptedClient:
         self.nodes_in_flight_together = max(self.nodes_in_flight_together, busy)
         return future
 
-    def poll(self, timeout_ms: int, future: Future) -> None:
+    def poll(self, timeout_ms: int, future: Future | None = None) -> None:
         for node, queue in self.in_flight.items():
             if queue and node not in self.silent:
                 request, answered = queue.pop(0)
