@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -102,6 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
             f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup "
             "(pytest-dev/pytest-xdist#1386): install the test extra again (pytest<9.2)"
         )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """py4j's connections log "Closing down clientserver connection" (INFO) from ``__del__``
+    as the interpreter exits, into a handler whose stream is closed by then: each such line
+    printed a "--- Logging error ---" traceback at the end of every run. Nothing of py4j's
+    below a warning is wanted that late."""
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -20,8 +20,8 @@ import pytest
 from airflow_provider_kafka2pc.spark.jvm_writer import producer_settings
 from airflow_provider_kafka2pc.transaction.committable import Committable
 from airflow_provider_kafka2pc.transaction.controller import Outcome, TransactionController
-from tests.conftest import assert_exactly_once, audit, unique_id
-from tests.support.jvm_test_jar import fault_hook, run_harness
+from tests.conftest import assert_ended, assert_exactly_once, audit, unique_id
+from tests.support.jvm_test_jar import fault_hook, run_harness, run_harness_many
 
 from .test_log_copy_repair import records_in
 
@@ -137,6 +137,44 @@ def test_a_row_that_cannot_be_written_fails_the_task_and_aborts_its_transaction(
     # Nothing left open: whatever of the first 40 rows reached the log is aborted.
     [described] = protocol.describe_transactions([tid])
     assert described.state in ("CompleteAbort", "Empty"), described
+    for topic in topics:
+        assert_exactly_once(protocol, bootstrap, topic, committed=0)
+
+
+#: Rows sent before each try's abort: from right after the first send (the client's first
+#: AddPartitionsToTxn, or on transaction version 2 its first Produce, still in flight) on.
+RACE_ROWS = [1, 1, 2, 1, 3, 1, 5, 1, 8, 1, 13, 1, 21, 1, 34, 1]
+
+
+@pytest.mark.kafka_versions()
+def test_an_abort_racing_the_first_requests_leaves_nothing_open(
+    settings, bootstrap, protocol, make_topic, kafka_version
+):
+    """The JVM writer's abort right after its first sends, as a failed row (the task's
+    failure) or Spark's abort of the task ends it. librdkafka skipped EndTxn when an abort
+    raced its first AddPartitionsToTxn and left about 3 in 10 such transactions Ongoing
+    (tests/integration/test_writer_chunks.py); Java's client must leave none: sixteen tries
+    in one JVM, each transaction ended, whatever reached the log aborted."""
+    topics = [make_topic(2), make_topic(2)]
+    tries = []
+    for n, count in enumerate(RACE_ROWS):
+        tid = unique_id(f"jvm-ptx-race{n}")
+        if n % 2:  # the task's failure: the row after ``count`` goes to no topic of ours
+            routed = [{**r, "topic": topics[i % 2]} for i, r in enumerate(rows(count + 1))]
+            routed[count]["topic"] = "elsewhere"
+            tries.append({**scenario(settings, topics, tid), "rows": routed})
+        else:  # Spark's abort of the task (the DataSource writer's abort)
+            tries.append({**scenario(settings, topics[:1], tid), "rows": rows(count),
+                          "end": "abort"})  # fmt: skip
+
+    answers = run_harness_many(tries)
+
+    for n, (attempt, answer) in enumerate(zip(tries, answers, strict=True)):
+        tid = attempt["ids"][0]
+        expected = "failed" if n % 2 else "aborted"
+        assert expected in answer, (n, answer)
+        assert_ended(protocol, tid)
+    assert answers[0]["stderr"].count("transaction aborted") == len(tries)
     for topic in topics:
         assert_exactly_once(protocol, bootstrap, topic, committed=0)
 

@@ -41,6 +41,7 @@ __all__ = [
     "jvm_test_jar",
     "not_product_classes",
     "run_harness",
+    "run_harness_many",
 ]
 
 JVM = Path(__file__).resolve().parents[2] / "jvm"
@@ -112,16 +113,23 @@ def _run(command: list[str]) -> None:
 def run_harness(scenario: dict[str, Any], timeout_s: float = 120) -> dict[str, Any]:
     """Run :data:`HARNESS` on ``scenario`` (its JSON input) in a JVM of its own: its answer,
     and under ``stderr`` what the JVM logged (the writer's own lines among them)."""
+    return run_harness_many([scenario], timeout_s)[0]
+
+
+def run_harness_many(scenarios: list[dict[str, Any]], timeout_s: float = 120) -> list[dict]:
+    """:func:`run_harness` of each of ``scenarios``, one after another in one JVM; each
+    answer's ``stderr`` is the whole JVM's."""
     classpath = os.pathsep.join(
         [PROJECT_JAR, str(jvm_test_jar()), str(kafka_clients_jar()), f"{SPARK_JARS}/*"]
     )
     done = subprocess.run(
         [java_binary(), "-cp", classpath, HARNESS],
-        input=json.dumps(scenario),
+        input=json.dumps(scenarios),
         capture_output=True,
         text=True,
         timeout=timeout_s,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{HARNESS} exited with {done.returncode}: {done.stderr[-3000:]}")
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    return [{**answer, "stderr": done.stderr} for answer in answers]

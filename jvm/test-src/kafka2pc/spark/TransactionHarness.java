@@ -7,6 +7,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
@@ -27,7 +28,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * {@link PartitionWriter} does) or {@code abort} (the rows sent, then the DataSource task's
  * abort). Out (stdout, one JSON object): {@code prepared} (the driver's result row), or
  * {@code failed} (the message the task would throw), or {@code aborted}. The product's own
- * log lines (what it aborted) go to stderr, as in an executor.
+ * log lines (what it aborted) go to stderr, as in an executor. A JSON array of scenarios is
+ * run one after another in the one JVM, answered by an array (a race tried many times
+ * without a JVM's start each).
  */
 public final class TransactionHarness {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -50,8 +53,18 @@ public final class TransactionHarness {
     }
 
     public static void main(String[] args) throws IOException {
-        Scenario scenario = JSON.readValue(System.in, Scenario.class);
-        System.out.println(JSON.writeValueAsString(run(scenario)));
+        JsonNode input = JSON.readTree(System.in);
+        Object answer;
+        if (input.isArray()) { // several scenarios, one after another in this JVM
+            List<Map<String, Object>> answers = new ArrayList<>();
+            for (JsonNode one : input) {
+                answers.add(run(JSON.treeToValue(one, Scenario.class)));
+            }
+            answer = answers;
+        } else {
+            answer = run(JSON.treeToValue(input, Scenario.class));
+        }
+        System.out.println(JSON.writeValueAsString(answer));
         System.out.flush();
     }
 
