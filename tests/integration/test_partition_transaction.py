@@ -150,11 +150,12 @@ RACE_ROWS = [1, 1, 2, 1, 3, 1, 5, 1, 8, 1, 13, 1, 21, 1, 34, 1]
 def test_an_abort_racing_the_first_requests_leaves_nothing_open(
     settings, bootstrap, protocol, make_topic, kafka_version
 ):
-    """The JVM writer's abort right after its first sends, as a failed row (the task's
-    failure) or Spark's abort of the task ends it. librdkafka skipped EndTxn when an abort
-    raced its first AddPartitionsToTxn and left about 3 in 10 such transactions Ongoing
-    (tests/integration/test_writer_chunks.py); Java's client must leave none: sixteen tries
-    in one JVM, each transaction ended, whatever reached the log aborted."""
+    """The JVM writer's abort right after its first sends, whether a failed row (the task's
+    own failure) or Spark's abort of the task ends the write. librdkafka skipped EndTxn
+    when an abort raced its first AddPartitionsToTxn and left about 3 in 10 such
+    transactions Ongoing (tests/integration/test_writer_chunks.py); Java's client must
+    leave none: sixteen tries in one JVM, each transaction ended, whatever reached the log
+    aborted."""
     topics = [make_topic(2), make_topic(2)]
     tries = []
     for n, count in enumerate(RACE_ROWS):
