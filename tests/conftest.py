@@ -180,11 +180,16 @@ def bootstrap(broker_pool: BrokerPool, kafka_version: str) -> str:
 
 
 @pytest.fixture
-def own_broker(tmp_path: Path, kafka_version: str) -> Iterator[KafkaBroker]:
-    """A broker of this test's own, for tests that crash or restart it."""
+def own_broker(
+    tmp_path: Path, kafka_version: str, request: pytest.FixtureRequest
+) -> Iterator[KafkaBroker]:
+    """A broker of this test's own, for tests that crash or restart it, or that need
+    settings of their own (``@pytest.mark.broker_config({...})``, over the tests' own)."""
     if os.environ.get(REAL_KAFKA_ENV):
         pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
-    broker = KafkaBroker(kafka_version, data_dir=tmp_path / "kafka", config=TEST_BROKER_CONFIG)
+    marker = request.node.get_closest_marker("broker_config")
+    config = {**TEST_BROKER_CONFIG, **(marker.args[0] if marker else {})}
+    broker = KafkaBroker(kafka_version, data_dir=tmp_path / "kafka", config=config)
     try:
         yield broker.start()
     finally:

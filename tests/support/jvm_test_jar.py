@@ -111,7 +111,7 @@ def _run(command: list[str]) -> None:
 
 
 def run_harness(scenario: dict[str, Any], timeout_s: float = 120) -> dict[str, Any]:
-    """Run :data:`HARNESS` on ``scenario`` (its JSON input) in a JVM of its own: its answer,
+    """Run :data:`HARNESS` on ``scenario`` in a JVM of its own: its answer,
     and under ``stderr`` what the JVM logged (the writer's own lines among them)."""
     return run_harness_many([scenario], timeout_s)[0]
 

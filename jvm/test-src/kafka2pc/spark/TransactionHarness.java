@@ -20,17 +20,18 @@ import org.apache.spark.unsafe.types.UTF8String;
  * (tests/integration/test_partition_transaction.py) that then look at the broker: a small
  * JVM, the product jar, this test jar, kafka-clients and PySpark's jars on its class path.
  *
- * <p>In (stdin, one JSON object): {@code topics}, {@code ids}, {@code settings} (the Java
- * producer's), {@code transaction_timeout_ms}, {@code header_names}, {@code partition},
- * {@code attempt}, {@code hook} ({@link WriterHook} text or null), {@code rows} (each
+ * <p>In (stdin): a JSON array of scenarios, run one after another in this JVM (a race is
+ * tried many times without a JVM's start each). A scenario: {@code topics}, {@code ids},
+ * {@code settings} (the Java producer's), {@code transaction_timeout_ms},
+ * {@code header_names}, {@code partition}, {@code attempt}, {@code hook}
+ * ({@link WriterHook} text or null), {@code rows} (each
  * {@code key}, {@code value}, {@code timestamp}, {@code headers}, {@code topic}: strings,
  * sent as UTF-8; null or absent: none), and {@code end}: {@code prepare} (what
  * {@link PartitionWriter} does) or {@code abort} (the rows sent, then the DataSource task's
- * abort). Out (stdout, one JSON object): {@code prepared} (the driver's result row), or
- * {@code failed} (the message the task would throw), or {@code aborted}. The product's own
- * log lines (what it aborted) go to stderr, as in an executor. A JSON array of scenarios is
- * run one after another in the one JVM, answered by an array (a race tried many times
- * without a JVM's start each).
+ * abort). Out (stdout): a JSON array, per scenario an object with {@code prepared} (the
+ * driver's result row), or {@code failed} (the message the task would throw), or
+ * {@code aborted}. The product's own log lines (what it aborted) go to stderr, as in an
+ * executor.
  */
 public final class TransactionHarness {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -53,18 +54,11 @@ public final class TransactionHarness {
     }
 
     public static void main(String[] args) throws IOException {
-        JsonNode input = JSON.readTree(System.in);
-        Object answer;
-        if (input.isArray()) { // several scenarios, one after another in this JVM
-            List<Map<String, Object>> answers = new ArrayList<>();
-            for (JsonNode one : input) {
-                answers.add(run(JSON.treeToValue(one, Scenario.class)));
-            }
-            answer = answers;
-        } else {
-            answer = run(JSON.treeToValue(input, Scenario.class));
+        List<Map<String, Object>> answers = new ArrayList<>();
+        for (JsonNode one : JSON.readTree(System.in)) { // one after another in this JVM
+            answers.add(run(JSON.treeToValue(one, Scenario.class)));
         }
-        System.out.println(JSON.writeValueAsString(answer));
+        System.out.println(JSON.writeValueAsString(answers));
         System.out.flush();
     }
 
