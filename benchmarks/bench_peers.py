@@ -6,12 +6,15 @@ files (``--rows`` records: a 16-byte key and a JSON value of about 130 bytes, in
 partitions, run as its user would run it:
 
 - kafka2pc: spark-submit of the package's prepare application (``local[--cores]``,
-  ``--partitions`` Spark partitions = transactions, keyed by ``key``, aligned with Kafka as by
-  default), then ``kafka2pc commit`` of its manifest. Exactly once.
-- "kafka2pc by hash", the same with ``--no-align-with-kafka`` (every transaction writes every
-  Kafka partition: the default until alignment ran in the JVM), and "kafka2pc no shuffle":
-  the same application with ``--no-shuffle`` (the rows left in the source's own splits,
-  coalesced to one per transactional id, one transaction per split; docs/partitioning.md).
+  ``--partitions`` transactional ids, keyed by ``key``) with its defaults, as a user gets
+  it (partitioning and writer ``auto``: for these files, the source's own splits and the
+  JVM writer; what it took is printed beside its name), then ``kafka2pc commit`` of its
+  manifest. Exactly once.
+- Variants, each asking for one partitioning (``--partition-by``; the manifest must say
+  it was used): "kafka2pc aligned" (a shuffle aligned with Kafka), "kafka2pc by hash" (a
+  shuffle by hash: every transaction writes every Kafka partition) and "kafka2pc no
+  shuffle" (the source's own splits, coalesced to one per transactional id;
+  docs/partitioning.md). ``--kafka2pc-writers`` runs each once per named writer.
 - Spark's Kafka sink: spark-submit of ``peer_apps/spark_sink.py``, ``df.write.format("kafka")``
   with ``org.apache.spark:spark-sql-kafka-0-10_2.13`` (resolved once by spark-submit
   ``--packages``, then passed as ``--jars`` so no run pays the resolution). At least once.
@@ -42,7 +45,9 @@ processes, the broker's CPU, kafka2pc's phases (from Spark's event log), and the
 The peers are fetched on first use into ``~/.cache/kafka2pc/peers`` (minutes the first
 time); a peer that cannot be had is reported and left out.
 
-Run: ``python benchmarks/bench_peers.py [--rows 2000000 --partitions 8 --rounds 2]``.
+Run: ``python benchmarks/bench_peers.py [--rows 2000000 --partitions 8 --rounds 2]``: by
+default kafka2pc with its defaults, Spark's sink, Flink and ProducerPerformance
+(``--systems`` names others).
 """
 
 from __future__ import annotations
@@ -127,6 +132,7 @@ FLINK_JARS = (
 KAFKA_TOOLS = "org.apache.kafka:kafka-tools:4.3.1"
 
 KAFKA2PC = "kafka2pc"
+KAFKA2PC_ALIGNED = "kafka2pc aligned"
 KAFKA2PC_HASH = "kafka2pc by hash"
 KAFKA2PC_UNSHUFFLED = "kafka2pc no shuffle"
 SPARK_SINK = "Spark Kafka sink"
@@ -136,15 +142,28 @@ SPARK_SINK_CONNECT = "Spark Kafka sink on Connect (warm)"
 CONNECT_SYSTEMS = (KAFKA2PC_CONNECT, SPARK_SINK_CONNECT)
 FLINK_SINK = "Flink KafkaSink"
 PRODUCER_PERF = "ProducerPerformance"
-#: The prepare's writer when none is named: the Python workers' confluent-kafka producer.
-PYTHON_WRITER = "python"
+#: The prepare's writer when none is named: the application's own choice (``auto``).
+AUTO_WRITER = "auto"
 JVM_WRITER = "jvm"
-KAFKA2PC_VARIANTS = (KAFKA2PC, KAFKA2PC_HASH, KAFKA2PC_UNSHUFFLED)
+WRITERS = (AUTO_WRITER, "python", JVM_WRITER)
+KAFKA2PC_VARIANTS = (KAFKA2PC, KAFKA2PC_ALIGNED, KAFKA2PC_HASH, KAFKA2PC_UNSHUFFLED)
+#: What each variant asks for (``--partition-by``); the application's default: none.
+PARTITION_BY = {
+    KAFKA2PC_ALIGNED: "kafka-aligned",
+    KAFKA2PC_HASH: "hash",
+    KAFKA2PC_UNSHUFFLED: "source-splits",
+}
+#: What runs when ``--systems`` is not given: the export as users get it, and what they
+#: would pick instead.
+DEFAULT_SYSTEMS = (KAFKA2PC, SPARK_SINK, FLINK_SINK, PRODUCER_PERF)
 GUARANTEES = {
-    KAFKA2PC: "exactly once: spark-submit prepare (aligned with Kafka) + kafka2pc commit",
-    KAFKA2PC_HASH: "the same with --no-align-with-kafka (each transaction writes every partition)",
-    KAFKA2PC_UNSHUFFLED: "the same with --no-shuffle: one transaction per source split "
-    "(docs/partitioning.md)",
+    KAFKA2PC: "exactly once: spark-submit prepare with the application's defaults "
+    "(partitioning and writer auto) + kafka2pc commit",
+    KAFKA2PC_ALIGNED: "the same, a shuffle aligned with Kafka (--partition-by kafka-aligned)",
+    KAFKA2PC_HASH: "the same, a shuffle by hash: each transaction writes every partition "
+    "(--partition-by hash)",
+    KAFKA2PC_UNSHUFFLED: "the same, one transaction per source split, no shuffle "
+    "(--partition-by source-splits; docs/partitioning.md)",
     SPARK_SINK: "at least once: spark-submit, df.write.format('kafka')",
     KAFKA2PC_CONNECT: "exactly once: a Connect client runs the prepare (writer auto: the JVM "
     "writer through the server's kafka2pc DataSource, aligned with Kafka) on the warm server "
@@ -158,7 +177,7 @@ GUARANTEES = {
 
 def with_writer(variant: str, writer: str) -> str:
     """The system name of a kafka2pc variant run with ``writer`` (the default keeps its name)."""
-    return variant if writer == PYTHON_WRITER else f"{variant} [{writer} writer]"
+    return variant if writer == AUTO_WRITER else f"{variant} [{writer} writer]"
 
 
 def kafka2pc_systems(variants: list[str], writers: list[str]) -> dict[str, tuple[str, str]]:
@@ -330,7 +349,7 @@ class Peers:
         path.mkdir(parents=True)
         return path
 
-    def kafka2pc(self, rnd: Round, side: str = KAFKA2PC, writer: str = PYTHON_WRITER) -> Run:
+    def kafka2pc(self, rnd: Round, side: str = KAFKA2PC, writer: str = AUTO_WRITER) -> Run:
         if rnd.label == "warmup" and runs_until_mapped({}, spark_submit_binary()) == 2:
             # The driver's class archive (spark/class_sharing.py) is written by the second
             # run that finds the cache: this extra untimed run leaves the trace, the warm-up
@@ -350,11 +369,10 @@ class Peers:
             *("--bootstrap-servers", self.cluster.servers),
             *("--transactional-ids", ",".join(ids), "--job-label", topic),
             *("--manifest", str(manifest)),
-            "--align-with-kafka" if side == KAFKA2PC else "--no-align-with-kafka",
-            # Each variant asks for its partitioning and writer: the application's defaults
-            # (auto) would pick source splits and the JVM writer for every variant.
-            "--no-shuffle" if side == KAFKA2PC_UNSHUFFLED else "--shuffle",
-            *("--writer", writer),
+            # A variant asks for its partitioning, a named writer for itself; "kafka2pc"
+            # with the default writer passes neither: the application's defaults (auto).
+            *(("--partition-by", PARTITION_BY[side]) if side in PARTITION_BY else ()),
+            *(("--writer", writer) if writer != AUTO_WRITER else ()),
         ]
         submit = {
             "master": self.master,
@@ -377,10 +395,9 @@ class Peers:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
         batch = Manifest.from_json(manifest.read_text())
         meta = batch.metadata
-        aligned = meta.get("partitioning") == "kafka-aligned"
-        if aligned != (side == KAFKA2PC):
+        if side in PARTITION_BY and meta.get("partitioning") != PARTITION_BY[side]:
             raise SystemExit(f"{topic} ({name}): partitioned {meta.get('partitioning')!r}")
-        if meta.get("writer") != writer:
+        if writer != AUTO_WRITER and meta.get("writer") != writer:
             raise SystemExit(f"{topic} ({name}): written by the {meta.get('writer')!r} writer")
         parts = {
             "spark-submit (prepare)": (prepared_ms - started) / 1000,
@@ -392,8 +409,15 @@ class Peers:
         phases.append(Phase("kafka2pc commit", prepared_ms, ended))
         cores = self._cores(name, meter, started, ended, phases, task_spans(events))
         expected = self._expected(data, committables=batch.committables)
+        took = f"{meta.get('partitioning')}, the {meta.get('writer')} writer"
         return checked(
-            self.cluster, name, meter, topic, expected, parts=parts, info={"cores": cores}
+            self.cluster,
+            name,
+            meter,
+            topic,
+            expected,
+            parts=parts,
+            info={"cores": cores, "took": took},
         )
 
     def _cores(
@@ -701,6 +725,7 @@ def median_cores(runs: list[Run]) -> CoreTimeline | None:
 def main(argv: list[str] | None = None) -> int:
     systems = [
         KAFKA2PC,
+        KAFKA2PC_ALIGNED,
         KAFKA2PC_HASH,
         KAFKA2PC_UNSHUFFLED,
         KAFKA2PC_CONNECT,
@@ -725,10 +750,10 @@ def main(argv: list[str] | None = None) -> int:
         "--kafka2pc-writers",
         dest="writers",
         type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
-        default=[PYTHON_WRITER],
-        help="comma-separated writers of the prepare (python, jvm): one kafka2pc system per "
-        "writer and variant; a writer other than python is passed as --writer (not to "
-        f"{KAFKA2PC_CONNECT!r}: on Connect the writer is python)",
+        default=[AUTO_WRITER],
+        help="comma-separated writers of the prepare (auto, python, jvm): one kafka2pc system "
+        "per writer and variant; a writer other than auto (the application's default) is "
+        f"passed as --writer (not to {KAFKA2PC_CONNECT!r}, which runs with writer auto)",
     )
     parser.add_argument(
         "--timelines",
@@ -736,12 +761,14 @@ def main(argv: list[str] | None = None) -> int:
         help="directory for the per-core timelines of every round (text and SVG; default: "
         "the run's work directory)",
     )
-    add_subset_argument(parser, "--systems", systems)
+    add_subset_argument(parser, "--systems", systems, default=DEFAULT_SYSTEMS)
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     args.systems = parse_subset(parser, args.systems, systems, "--systems")
     if not args.writers or len(set(args.writers)) != len(args.writers):
         parser.error("--kafka2pc-writers: name each writer once")
+    if set(args.writers) - set(WRITERS):
+        parser.error(f"--kafka2pc-writers: each of {', '.join(WRITERS)}")
 
     # A SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C: the broker and the Connect
     # server are stopped by their context managers instead of outliving the benchmark.
@@ -780,9 +807,12 @@ def main(argv: list[str] | None = None) -> int:
         pairs[:0] = [(variant, KAFKA2PC) for variant in ours if variant != KAFKA2PC]
     if {SPARK_SINK_CONNECT, SPARK_SINK} <= set(results.sides):
         pairs.append((SPARK_SINK_CONNECT, SPARK_SINK))
+    # What the application took, as each run's manifest says (the defaults: auto).
+    took = {s: sorted({r.info["took"] for r in results.runs[s] if "took" in r.info}) for s in ours}
     legend = [
         f"{side}: {GUARANTEES[mine[side][0]] if side in mine else GUARANTEES[side]}"
-        + (f"; writer {mine[side][1]}" if side in mine and mine[side][1] != PYTHON_WRITER else "")
+        + (f"; writer {mine[side][1]}" if side in mine and mine[side][1] != AUTO_WRITER else "")
+        + "".join(f"; took {t}" for t in took.get(side, ()))
         for side in results.sides
     ]
     title = f"{args.rows:,} rows, {args.partitions} partitions, {bench.master}"

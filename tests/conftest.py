@@ -161,11 +161,17 @@ def kafka_version(request: pytest.FixtureRequest) -> str:
     return getattr(request, "param", DEFAULT_KAFKA_VERSION)
 
 
+def needs_local_broker() -> None:
+    """Skips a test that starts, stops or secures a broker of its own when the suite runs
+    against an external cluster (``KAFKA2PC_TEST_BOOTSTRAP``)."""
+    if os.environ.get(REAL_KAFKA_ENV):
+        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+
+
 @pytest.fixture
 def kafka_broker(broker_pool: BrokerPool, kafka_version: str) -> KafkaBroker:
     """The shared broker of this test's version; never kill it (see ``own_broker``)."""
-    if os.environ.get(REAL_KAFKA_ENV):
-        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+    needs_local_broker()
     return broker_pool.get(kafka_version)
 
 
@@ -185,8 +191,7 @@ def own_broker(
 ) -> Iterator[KafkaBroker]:
     """A broker of this test's own, for tests that crash or restart it, or that need
     settings of their own (``@pytest.mark.broker_config({...})``, over the tests' own)."""
-    if os.environ.get(REAL_KAFKA_ENV):
-        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+    needs_local_broker()
     marker = request.node.get_closest_marker("broker_config")
     config = {**TEST_BROKER_CONFIG, **(marker.args[0] if marker else {})}
     broker = KafkaBroker(kafka_version, data_dir=tmp_path / "kafka", config=config)
@@ -331,8 +336,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One broker with TLS (mutual), SASL/SCRAM and ACLs enforced (tests/support/secure.py),
     shared by the TLS, ACL and TLS-export tests."""
-    if os.environ.get(REAL_KAFKA_ENV):
-        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+    needs_local_broker()
     from tests.support.secure import start_secure_broker
 
     secured = start_secure_broker(tmp_path_factory.mktemp("secure"), TEST_BROKER_CONFIG)

@@ -6,14 +6,20 @@ import argparse
 from collections.abc import Sequence
 
 
-def add_subset_argument(parser: argparse.ArgumentParser, flag: str, choices: Sequence[str]) -> None:
-    """``flag``: a comma-separated subset of ``choices`` (all of them by default); an
-    unknown name is refused by :func:`parse_subset`."""
+def add_subset_argument(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    choices: Sequence[str],
+    default: Sequence[str] | None = None,
+) -> None:
+    """``flag``: a comma-separated subset of ``choices`` (``default``, else all of them,
+    when not given); an unknown name is refused by :func:`parse_subset`."""
+    chosen = list(choices if default is None else default)
     parser.add_argument(
         flag,
         type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
-        default=list(choices),
-        help=f"comma-separated subset of: {', '.join(choices)}",
+        default=chosen,
+        help=f"comma-separated subset of: {', '.join(choices)} (default: {', '.join(chosen)})",
     )
 
 

@@ -40,6 +40,12 @@ def configure(home: Path | None = None) -> Path:
     return home
 
 
+def without_airflow(**extra: str) -> dict[str, str]:
+    """This process's environment without its Airflow settings, and ``extra``: for a child
+    that configures an Airflow of its own (a deployment, a fault run, the fork server)."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}, **extra}
+
+
 def reconfigure(home: Path) -> Path:
     """Point an Airflow imported for another home at ``home``: in a process forked from
     one that imported it (``tests/faults/forkserver.py``). Airflow reads its settings from

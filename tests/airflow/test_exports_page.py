@@ -50,6 +50,7 @@ from devtools.broker.node import free_port
 
 from ..conftest import REAL_KAFKA_ENV, assert_exactly_once
 from ..support.postgres import postgres_url
+from .env import without_airflow
 
 pytestmark = pytest.mark.slow
 
@@ -192,7 +193,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory, broker_pool: Any) -> It
             conn.execute(f'CREATE DATABASE "{database}" OWNER {role}')
         ledger = admin.set(username=role, password=password, database=database)
         port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env = without_airflow()
         env.update(
             {
                 "AIRFLOW_HOME": str(home),

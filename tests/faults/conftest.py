@@ -28,6 +28,7 @@ from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from airflow_provider_kafka2pc.transaction.audit import audit_topic
 from tests.airflow import dagtest
+from tests.airflow.env import without_airflow
 from tests.conftest import assert_exactly_once
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,8 +107,7 @@ class ForkServer:
     less, measured). ``KAFKA2PC_TEST_FORKSERVER=0`` starts each run as its own process."""
 
     def __init__(self, root: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-        env["PYTHONPATH"] = str(REPO)
+        env = without_airflow(PYTHONPATH=str(REPO))
         self.log = root / "forkserver.log"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
@@ -232,11 +232,10 @@ class FaultRig:
         return {str(i).encode() for i in range(first, first + rows)}
 
     def env(self, spark_master: str | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env = without_airflow(PYTHONPATH=str(REPO))
         env.update(dagtest.kafka_connection_env(self.settings))
         env.update(dagtest.spark_connection_env(spark_master or self.spark_master))
         env.update(ledger_connection_env(self.ledger_url))
-        env["PYTHONPATH"] = str(REPO)
         return env
 
     def start(

@@ -43,10 +43,10 @@ from devtools.broker import KafkaBroker
 from devtools.broker.node import free_port
 from devtools.spark_submit import submit_prepare
 from tests.conftest import (
-    REAL_KAFKA_ENV,
     TEST_BROKER_CONFIG,
     assert_exactly_once,
     cli,
+    needs_local_broker,
     unique_id,
 )
 
@@ -99,8 +99,7 @@ def assert_no_secret(where: str, text: str | bytes) -> None:
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    if os.environ.get(REAL_KAFKA_ENV):
-        pytest.skip(f"needs the local broker; {REAL_KAFKA_ENV} is set")
+    needs_local_broker()
     broker = KafkaBroker(
         "4.4.0",
         data_dir=tmp_path_factory.mktemp("sasl") / "kafka",

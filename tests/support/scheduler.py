@@ -38,6 +38,7 @@ from airflow_provider_kafka2pc import naming
 from airflow_provider_kafka2pc.ledger import Batch, BatchState, Ledger
 from airflow_provider_kafka2pc.protocol.client import KafkaProtocol
 from devtools.broker.node import free_port
+from tests.airflow.env import without_airflow
 from tests.conftest import assert_exactly_once
 
 REPO = Path(__file__).resolve().parents[2]
@@ -356,7 +357,7 @@ def airflow_deployment(
     _create_database(libpq(ledger_base), ledger_db)
     meta, ledger = meta_base.set(database=meta_db), ledger_base.set(database=ledger_db)
     port = str(free_port())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env = without_airflow()
     env.update(
         {
             "AIRFLOW_HOME": str(home),
