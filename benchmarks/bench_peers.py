@@ -520,10 +520,11 @@ class Peers:
             raise SystemExit(f"kafka2pc commit failed: {committed.stdout} {committed.stderr}")
         batch = Manifest.from_json(manifest.read_text())
         meta = batch.metadata
-        if meta.get("partitioning") != "kafka-aligned" or meta.get("writer") != JVM_WRITER:
+        aligned = PARTITION_BY[KAFKA2PC_ALIGNED]  # Connect has no source splits (py4j)
+        if meta.get("partitioning") != aligned or meta.get("writer") != JVM_WRITER:
             raise SystemExit(
                 f"{topic} ({name}): partitioned {meta.get('partitioning')!r}, "
-                f"writer {meta.get('writer')!r} (expected kafka-aligned, jvm: "
+                f"writer {meta.get('writer')!r} (expected {aligned}, {JVM_WRITER}: "
                 f"{meta.get('writer_reason')})"
             )
         marks = client_marks(prepared.stdout)
