@@ -93,6 +93,7 @@ from harness import (
     now_ms,
     parse_subset,
     peers_root,
+    positive_int,
     print_costs,
     print_results,
     profiled,
@@ -736,11 +737,15 @@ def main(argv: list[str] | None = None) -> int:
         PRODUCER_PERF,
     ]
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--partitions", type=int, default=8, help="Kafka = Spark partitions")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--warmup-rows", type=int, default=200_000)
-    parser.add_argument("--cores", type=int, default=2, help="Spark local[N], Flink parallelism")
+    parser.add_argument("--rows", type=positive_int, default=2_000_000)
+    parser.add_argument(
+        "--partitions", type=positive_int, default=8, help="Kafka = Spark partitions"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=2)
+    parser.add_argument("--warmup-rows", type=positive_int, default=200_000)
+    parser.add_argument(
+        "--cores", type=positive_int, default=2, help="Spark local[N], Flink parallelism"
+    )
     parser.add_argument(
         "--profile",
         action="store_true",

@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_kafka2pc import defaults
 from airflow_provider_kafka2pc.spark import APPLICATION
 from airflow_provider_kafka2pc.spark.class_sharing import driver_archive
+from airflow_provider_kafka2pc.spark.compilation import with_compile_thresholds
 from airflow_provider_kafka2pc.spark.job import (
     private_config_file,
     spark_submit_binary,
@@ -65,7 +66,7 @@ def _run(
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     stderr = log_path.open("w") if log_path else subprocess.DEVNULL
     try:
-        with driver_archive(settings, binary) as archive:
+        with driver_archive(with_compile_thresholds(settings, binary), binary) as archive:
             command = [binary, "--master", master]
             for key, value in archive.conf.items():
                 command += ["--conf", f"{key}={value}"]

@@ -32,6 +32,7 @@ from ..errors import (
 from ..ledger import Batch, Participant
 from ..spark import APPLICATION, PROJECT_JAR
 from ..spark.class_sharing import driver_archive
+from ..spark.compilation import with_compile_thresholds
 from ..spark.failure import JobFailure, failure_uri
 from ..spark.job import (
     Repair,
@@ -223,8 +224,10 @@ class SparkJobHook(BaseHook):
         submit = job.submit_dict()
         binary = submit.get("spark_binary") or extra.get("spark-binary") or spark_submit_binary()
         deploy_mode = submit.get("deploy_mode") or extra.get("deploy-mode")
+        properties_file = submit.get("properties_file")
+        conf = with_compile_thresholds(conf, binary, properties_file)
         with driver_archive(
-            conf, binary, deploy_mode=deploy_mode, properties_file=submit.get("properties_file")
+            conf, binary, deploy_mode=deploy_mode, properties_file=properties_file
         ) as archive:
             # A fresh hook per run: it is built from this run's arguments.
             self._running = self.submit_hook(application_args, archive.conf)

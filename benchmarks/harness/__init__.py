@@ -25,7 +25,8 @@ measures:
 - :class:`CoreTimeline`: where each core's time went in a run (idle core-seconds per phase,
   a per-core timeline as text and SVG);
 - :func:`profiled`: py-spy over every Python process of an extra, untimed run;
-- :func:`add_subset_argument` / :func:`parse_subset`: ``--systems``-style options.
+- :func:`add_subset_argument` / :func:`parse_subset`: ``--systems``-style options;
+  :func:`positive_int`: counts (rows, rounds) of at least 1.
 """
 
 from .cluster import Cluster, add_cluster_arguments
@@ -36,7 +37,7 @@ from .executors import ExecutorStarts, Watch, executor_starts, watch_executors
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
 from .jvm import HeapAfterGc, gc_log_option, heap_after_full_gc, read_gc_log
 from .measure import Meter, cmdline, descendants, measure, rss_mib
-from .options import add_subset_argument, parse_subset
+from .options import add_subset_argument, parse_subset, positive_int
 from .profile import Profile, profiled
 from .report import (
     fmt,
@@ -111,6 +112,7 @@ __all__ = [
     "now_ms",
     "parse_subset",
     "peers_root",
+    "positive_int",
     "print_costs",
     "print_parts",
     "print_ratios",

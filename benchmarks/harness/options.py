@@ -31,3 +31,11 @@ def parse_subset(
     if unknown:
         parser.error(f"{flag}: unknown {unknown}; choose from {list(choices)}")
     return list(chosen)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of rows, rounds, cores)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give 1 or more")
+    return value

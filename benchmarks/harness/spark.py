@@ -31,16 +31,22 @@ PYTHON_ENV = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.exe
 JFR_ENV = "KAFKA2PC_BENCH_JFR"
 
 
+#: Java options added to every Spark driver the harness submits (local mode: the JVM that
+#: runs the tasks too), kafka2pc's and the peers' alike: how a JVM setting is tried on equal
+#: terms, e.g. ``-XX:TieredStopAtLevel=1``.
+DRIVER_OPTIONS_ENV = "KAFKA2PC_BENCH_DRIVER_OPTIONS"
+
+
 def flight_recording(name: str) -> dict[str, str]:
-    """With :data:`JFR_ENV` set, the setting that records the Spark JVM's samples as
-    ``<name>.jfr`` there (local mode: one JVM runs the driver and the tasks); else none.
-    A profiling run, never a timed one."""
+    """The driver's Java options from :data:`DRIVER_OPTIONS_ENV` and, with :data:`JFR_ENV`
+    set, the one that records the Spark JVM's samples as ``<name>.jfr`` there (a profiling
+    run, never a timed one); none when neither is set."""
+    options = os.environ.get(DRIVER_OPTIONS_ENV, "").split()
     recordings = os.environ.get(JFR_ENV)
-    if not recordings:
-        return {}
-    recording = Path(recordings) / f"{name}.jfr"
-    option = f"-XX:StartFlightRecording=filename={recording},settings=profile"
-    return {"spark.driver.extraJavaOptions": option}
+    if recordings:
+        recording = Path(recordings) / f"{name}.jfr"
+        options.append(f"-XX:StartFlightRecording=filename={recording},settings=profile")
+    return {"spark.driver.extraJavaOptions": " ".join(options)} if options else {}
 
 
 def event_log_conf(directory: Path) -> dict[str, str]:

@@ -16,6 +16,7 @@ from airflow_provider_kafka2pc.export import export_asset
 from airflow_provider_kafka2pc.ledger import BatchState, ParticipantState, Verdict
 from airflow_provider_kafka2pc.operators.prepare import SparkKafkaPrepareOperator
 from airflow_provider_kafka2pc.spark.class_sharing import runs_until_mapped
+from airflow_provider_kafka2pc.spark.compilation import THRESHOLDS
 from airflow_provider_kafka2pc.spark.job import spark_submit_binary
 from airflow_provider_kafka2pc.version_compat import HAS_TASK_STATE_STORE
 from tests.airflow import dagtest
@@ -131,6 +132,8 @@ def test_happy_path_commits_exactly_once_without_leaking_secrets(
         assert "-XX:SharedArchiveFile=" in driver_options
     elif archive_before == 1:
         assert "ArchiveClassesAtExit=" in driver_options or "SharedArchiveFile=" in driver_options
+    # ... and compiles with C2's raised thresholds (spark/compilation.py).
+    assert all(threshold in driver_options.split() for threshold in THRESHOLDS), driver_options
     # ... and nowhere in XCom, the task logs, or Airflow's metadata DB.
     xcoms = [result.xcom(t) for t in ("prepare", "commit")] + [verdict]
     assert secret not in json.dumps(xcoms)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,7 @@ from airflow_provider_kafka2pc.spark.alignment import (
     register_key_hash,
 )
 from airflow_provider_kafka2pc.spark.class_sharing import driver_archive
+from airflow_provider_kafka2pc.spark.compilation import THRESHOLDS
 from airflow_provider_kafka2pc.spark.job import spark_submit_binary
 from airflow_provider_kafka2pc.spark.jvm_writer import (
     HOOK_PROPERTY,
@@ -555,7 +557,8 @@ def test_the_driver_maps_the_class_archive_an_earlier_run_wrote(
     """spark/class_sharing.py with a real spark-submit: the first run leaves a trace, the
     second's driver JVM writes the archive as it exits, the third maps it (the JVM's
     class-load log says where each class came from), and every run prepares every row
-    exactly once."""
+    exactly once. Each driver also compiles with spark/compilation.py's thresholds, which
+    the user's own options (here: print the final flags) follow."""
     monkeypatch.setenv("KAFKA2PC_CACHE_DIR", str(tmp_path / "cache"))
     source_path = write_parquet(tmp_path / "source.parquet", ROWS)
     archives = tmp_path / "cache" / "class-sharing"
@@ -569,12 +572,19 @@ def test_the_driver_maps_the_class_archive_an_earlier_run_wrote(
                 *("--transactional-ids", ",".join(ids(2)), "--bootstrap-servers", bootstrap),
                 *("--manifest", str(manifest), "--writer", "jvm"),
             ],
-            # The user's own -Xlog option still applies after the archive's options.
-            conf={"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={classes}"},
+            # The user's own options still apply after the archive's and the compiler's.
+            conf={
+                "spark.driver.extraJavaOptions": (
+                    f"-Xlog:class+load=info:file={classes} -XX:+PrintFlagsFinal"
+                )
+            },
             log_path=tmp_path / f"{run}.log",
         )
         assert done.returncode == 0, (tmp_path / f"{run}.log").read_text()[-3000:]
         assert last_json(done.stdout)["source_rows"] == ROWS
+        for threshold in THRESHOLDS:  # "-XX:Name=value", as the JVM took it
+            name, value = threshold.removeprefix("-XX:").split("=")
+            assert re.search(rf"\b{name} += {value} .*command line", done.stdout), threshold
         assert len(list(archives.glob("spark-driver-*.jsa"))) == archived
         assert not list(archives.glob(".*.tmp"))
         loaded_from.append(classes.read_text())
