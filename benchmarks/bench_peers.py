@@ -100,6 +100,7 @@ from harness import (
     python_venv,
     same_partition_counts,
     server_phases,
+    setting,
     spark_phases,
     spark_submit,
     summed,
@@ -379,6 +380,7 @@ class Peers:
             "master": self.master,
             "conf": {**event_log_conf(events), **flight_recording(f"{files.name}-kafka2pc")},
             "log_path": files / "spark-submit.log",
+            "kafka_config": dict(self.args.kafka2pc_settings) or None,
         }
         with measure(self.cluster.broker_pid, exclude=self._others()) as meter:
             started = now_ms()
@@ -411,6 +413,8 @@ class Peers:
         cores = self._cores(name, meter, started, ended, phases, task_spans(events))
         expected = self._expected(data, committables=batch.committables)
         took = f"{meta.get('partitioning')}, the {meta.get('writer')} writer"
+        if self.args.kafka2pc_settings:
+            took += ", " + ", ".join(f"{k}={v}" for k, v in self.args.kafka2pc_settings)
         return checked(
             self.cluster,
             name,
@@ -751,6 +755,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="afterwards, one extra kafka2pc run under py-spy (not timed): where its Python "
         "processes spend their CPU",
+    )
+    parser.add_argument(
+        "--kafka2pc-setting",
+        dest="kafka2pc_settings",
+        action="append",
+        default=[],
+        type=setting,
+        metavar="KEY=VALUE",
+        help="a producer setting (librdkafka's name, as the export's Kafka connection gives "
+        "it) for kafka2pc's spark-submit prepares, e.g. linger.ms=50; repeatable",
     )
     parser.add_argument(
         "--kafka2pc-writers",

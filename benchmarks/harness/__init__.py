@@ -26,7 +26,7 @@ measures:
   a per-core timeline as text and SVG);
 - :func:`profiled`: py-spy over every Python process of an extra, untimed run;
 - :func:`add_subset_argument` / :func:`parse_subset`: ``--systems``-style options;
-  :func:`positive_int`: counts (rows, rounds) of at least 1.
+  :func:`positive_int`: counts (rows, rounds) of at least 1; :func:`setting`: ``KEY=VALUE``.
 """
 
 from .cluster import Cluster, add_cluster_arguments
@@ -37,7 +37,7 @@ from .executors import ExecutorStarts, Watch, executor_starts, watch_executors
 from .fetch import PeerUnavailable, maven_jars, peers_root, python_venv
 from .jvm import HeapAfterGc, gc_log_option, heap_after_full_gc, read_gc_log
 from .measure import Meter, cmdline, descendants, measure, rss_mib
-from .options import add_subset_argument, parse_subset, positive_int
+from .options import add_subset_argument, parse_subset, positive_int, setting
 from .profile import Profile, profiled
 from .report import (
     fmt,
@@ -127,6 +127,7 @@ __all__ = [
     "rss_mib",
     "same_partition_counts",
     "server_phases",
+    "setting",
     "spark_phases",
     "spark_submit",
     "summed",

@@ -39,3 +39,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: give 1 or more")
     return value
+
+
+def setting(text: str) -> tuple[str, str]:
+    """An argparse type: ``KEY=VALUE`` as a pair."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE")
+    return key.strip(), value.strip()
