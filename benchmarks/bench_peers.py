@@ -83,8 +83,8 @@ from harness import (
     add_subset_argument,
     checked,
     connect_server,
+    driver_java_options,
     event_log_conf,
-    flight_recording,
     interleave,
     kafka2pc_commit,
     machine_line,
@@ -378,7 +378,7 @@ class Peers:
         ]
         submit = {
             "master": self.master,
-            "conf": {**event_log_conf(events), **flight_recording(f"{files.name}-kafka2pc")},
+            "conf": {**event_log_conf(events), **driver_java_options(f"{files.name}-kafka2pc")},
             "log_path": files / "spark-submit.log",
             "kafka_config": dict(self.args.kafka2pc_settings) or None,
         }

@@ -37,7 +37,7 @@ JFR_ENV = "KAFKA2PC_BENCH_JFR"
 DRIVER_OPTIONS_ENV = "KAFKA2PC_BENCH_DRIVER_OPTIONS"
 
 
-def flight_recording(name: str) -> dict[str, str]:
+def driver_java_options(name: str) -> dict[str, str]:
     """The driver's Java options from :data:`DRIVER_OPTIONS_ENV` and, with :data:`JFR_ENV`
     set, the one that records the Spark JVM's samples as ``<name>.jfr`` there (a profiling
     run, never a timed one); none when neither is set."""
@@ -73,7 +73,10 @@ def spark_submit(
     """spark-submit ``application`` with the settings the package's own local submit uses
     (``submit_prepare``), plus ``conf``."""
     command = [spark_submit_binary(), "--master", master]
-    conf = {**(conf or {}), **flight_recording(f"{log_path.parent.name}-{Path(application).stem}")}
+    conf = {
+        **(conf or {}),
+        **driver_java_options(f"{log_path.parent.name}-{Path(application).stem}"),
+    }
     for key, value in defaults.spark_conf(LOCAL_CONF, conf).items():
         command += ["--conf", f"{key}={value}"]
     if jars:
