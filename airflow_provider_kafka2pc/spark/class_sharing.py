@@ -72,8 +72,14 @@ _LOG_PATH_UNSAFE = frozenset(':,"')
 GIVE_UP_AFTER = 2
 
 
+def switched_on(env: str) -> bool:
+    """False when the environment variable ``env`` says ``false`` (or ``0``, ``no``,
+    ``off``); true when unset or anything else. The driver's options each have one."""
+    return os.environ.get(env, "true").strip().lower() not in ("false", "0", "no", "off")
+
+
 def enabled() -> bool:
-    return os.environ.get(SWITCH_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
+    return switched_on(SWITCH_ENV)
 
 
 def archive_dir() -> Path:
@@ -122,6 +128,16 @@ def defaults_file_value(spark_binary: str, key: str, properties_file: str | None
         if text[:end] == key:
             return text[end:].lstrip(" \t").removeprefix("=").removeprefix(":").strip()
     return ""
+
+
+def driver_options(
+    conf: Mapping[str, str], spark_binary: str, properties_file: str | None = None
+) -> str:
+    """The driver's Java options spark-submit would use: ``conf``'s, else the properties
+    file's. What options added to the driver's start from."""
+    return conf.get(DRIVER_OPTIONS) or defaults_file_value(
+        spark_binary, DRIVER_OPTIONS, properties_file
+    )
 
 
 def _stat(path: Path) -> str:
@@ -300,9 +316,7 @@ def _archive_for(
 ) -> tuple[Path | None, str]:
     """(the archive this driver would map, the user's driver options), or (None, ...) where
     no archive applies."""
-    options = conf.get(DRIVER_OPTIONS) or defaults_file_value(
-        spark_binary, DRIVER_OPTIONS, properties_file
-    )
+    options = driver_options(conf, spark_binary, properties_file)
     try:
         runtime = java_home(java_binary()) if enabled() else None
     except ConfigurationError:  # no Java: spark-submit says so itself

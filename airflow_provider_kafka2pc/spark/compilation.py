@@ -17,10 +17,9 @@ ignores ``-XX`` options it does not recognise.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from .class_sharing import DRIVER_OPTIONS, defaults_file_value
+from .class_sharing import DRIVER_OPTIONS, driver_options, switched_on
 
 #: ``false`` (or ``0``, ``no``, ``off``) leaves the driver's compiler as HotSpot sets it.
 SWITCH_ENV = "KAFKA2PC_JIT_THRESHOLDS"
@@ -37,7 +36,7 @@ _CHOSEN = ("Tier", "CompileThreshold", "-Xint", "-Xcomp", "CompilationMode", "-X
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
+    return switched_on(SWITCH_ENV)
 
 
 def with_compile_thresholds(
@@ -46,9 +45,7 @@ def with_compile_thresholds(
     """``conf`` with :data:`THRESHOLDS` before the driver's own options (``conf``'s, else
     the properties file's: a ``--conf`` replaces the file's value, so it must carry it)."""
     out = dict(conf)
-    options = conf.get(DRIVER_OPTIONS) or defaults_file_value(
-        spark_binary, DRIVER_OPTIONS, properties_file
-    )
+    options = driver_options(conf, spark_binary, properties_file)
     if not enabled() or any(chosen in options for chosen in _CHOSEN):
         return out
     out[DRIVER_OPTIONS] = " ".join([*THRESHOLDS, options]).strip()

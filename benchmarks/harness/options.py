@@ -42,8 +42,11 @@ def positive_int(text: str) -> int:
 
 
 def setting(text: str) -> tuple[str, str]:
-    """An argparse type: ``KEY=VALUE`` as a pair."""
+    """An argparse type: ``KEY=VALUE`` as a pair. Refused text is not echoed: without "="
+    there is no telling a key from a password (as ``kafka2pc commit --config`` refuses it)."""
     key, equals, value = text.partition("=")
     if not equals or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE")
+        raise argparse.ArgumentTypeError(
+            "not KEY=VALUE (its text is not shown; it may be a secret)"
+        )
     return key.strip(), value.strip()
